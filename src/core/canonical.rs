@@ -1,0 +1,381 @@
+//! RFC 8785 (JCS) canonical JSON.
+//!
+//! Owns the byte form of every payload, envelope and id preimage in the world: object keys sorted
+//! by UTF-16 code units, no whitespace, numbers written exactly as JavaScript's `String(number)`
+//! writes them (via `ryu-js`), strings escaped per the RFC.
+//!
+//! `serde_json_canonicalizer` passes the RFC vectors too and is kept as a test oracle, but it
+//! re-parses every key and allocates a buffer per property; this writer runs on the append hot
+//! path, so it walks a `serde_json::Value` once into one buffer.
+//!
+//! Parsing goes through [`parse`], which bounds nesting at [`MAX_DEPTH`] before serde recurses, so
+//! a hostile input cannot overflow a thread's stack.
+
+use serde_json::{Map, Number, Value};
+use std::cmp::Ordering;
+
+/// Deepest nesting of arrays and objects a payload may have.
+pub const MAX_DEPTH: usize = 1000;
+
+/// Why a JSON text was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// Not JSON, or not representable (a number out of range, a lone surrogate).
+    Invalid(String),
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseError::TooDeep => write!(f, "is nested deeper than {MAX_DEPTH} levels"),
+            ParseError::Invalid(why) => write!(f, "is not JSON that can be stored exactly ({why})"),
+        }
+    }
+}
+
+/// Parse JSON text into a value, refusing nesting deeper than [`MAX_DEPTH`].
+pub fn parse(text: &str) -> Result<Value, ParseError> {
+    if nesting_depth(text.as_bytes()) > MAX_DEPTH {
+        return Err(ParseError::TooDeep);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let value =
+        serde::Deserialize::deserialize(&mut de).map_err(|e| ParseError::Invalid(e.to_string()))?;
+    de.end().map_err(|e| ParseError::Invalid(e.to_string()))?;
+    Ok(value)
+}
+
+/// Maximum bracket nesting of a JSON text, ignoring brackets inside strings.
+fn nesting_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// The canonical JSON text of `value`.
+pub fn to_string(value: &Value) -> String {
+    let mut out = Vec::with_capacity(128);
+    write_value(value, &mut out);
+    // Only valid UTF-8 was written: string contents are copied whole from `&str`s.
+    String::from_utf8(out).expect("canonical JSON is UTF-8")
+}
+
+/// Append the canonical JSON of `value` to `out`.
+pub fn write_value(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => write_number(n, out),
+        Value::String(s) => write_str(s, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => write_object(map, out),
+    }
+}
+
+fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
+    // serde_json's map iterates in UTF-8 byte order, which is code point order. That equals UTF-16
+    // code unit order unless a key holds a character at or above U+E000 (UTF-8 lead byte 0xEE or
+    // higher), where a supplementary character (a surrogate pair in UTF-16) sorts before U+E000..U+FFFF.
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    if entries.iter().any(|(k, _)| k.bytes().any(|b| b >= 0xEE)) {
+        entries.sort_by(|a, b| cmp_utf16(a.0, b.0));
+    }
+    out.push(b'{');
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(k, out);
+        out.push(b':');
+        write_value(v, out);
+    }
+    out.push(b'}');
+}
+
+/// Compare two strings by their UTF-16 code units, as JavaScript sorts them.
+pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
+/// Write a number as JavaScript's `String(number)` does; `-0` is written `0`.
+pub fn write_number(n: &Number, out: &mut Vec<u8>) {
+    const SAFE: u64 = 1 << 53;
+    if let Some(u) = n.as_u64() {
+        if u <= SAFE {
+            out.extend_from_slice(itoa::Buffer::new().format(u).as_bytes());
+            return;
+        }
+    } else if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= SAFE {
+            out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+            return;
+        }
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    write_f64(f, out);
+}
+
+/// Write a finite double as JavaScript's `String(number)` does.
+pub fn write_f64(f: f64, out: &mut Vec<u8>) {
+    if f == 0.0 {
+        out.push(b'0');
+        return;
+    }
+    let mut buf = ryu_js::Buffer::new();
+    out.extend_from_slice(buf.format_finite(f).as_bytes());
+}
+
+/// Write a JSON string literal escaped per RFC 8785: the two-character escapes for `\b \t \n \f
+/// \r " \\`, `\u00xx` (lower-case hex) for the other control characters, everything else as is.
+pub fn write_str(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if short.is_empty() {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 0xf) as usize],
+            ]);
+        } else {
+            out.extend_from_slice(short);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// The canonical JSON of a string value (with quotes).
+pub fn string_literal(s: &str) -> String {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    write_str(s, &mut out);
+    String::from_utf8(out).expect("escaped string is UTF-8")
+}
+
+/// Canonicalize a JSON text: parse it and write it back canonically.
+pub fn canonicalize_text(text: &str) -> Result<String, ParseError> {
+    Ok(to_string(&parse(text)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn vectors_dir() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("__test__/fixtures/jcs")
+    }
+
+    #[test]
+    fn passes_every_rfc8785_vector() {
+        let dir = vectors_dir();
+        let mut count = 0;
+        for entry in std::fs::read_dir(dir.join("input")).unwrap() {
+            let path = entry.unwrap().path();
+            let input = std::fs::read_to_string(&path).unwrap();
+            let expected =
+                std::fs::read_to_string(dir.join("output").join(path.file_name().unwrap()))
+                    .unwrap();
+            let ours = canonicalize_text(&input).unwrap();
+            assert_eq!(ours, expected, "vector {}", path.display());
+            // The crate we measured against agrees on every vector.
+            let oracle = serde_json_canonicalizer::to_string(&parse(&input).unwrap()).unwrap();
+            assert_eq!(oracle, expected, "oracle on {}", path.display());
+            count += 1;
+        }
+        assert!(count >= 6, "expected the six RFC vectors, found {count}");
+    }
+
+    #[test]
+    fn keys_sort_by_utf16_code_units() {
+        // U+1F600 is a surrogate pair (0xD83D 0xDE00) in UTF-16, which sorts before U+E000, though
+        // its code point is larger.
+        let text = "{\"\u{E000}\":1,\"\u{1F600}\":2,\"a\":3}";
+        assert_eq!(
+            canonicalize_text(text).unwrap(),
+            "{\"a\":3,\"\u{1F600}\":2,\"\u{E000}\":1}"
+        );
+        let text = "{\"\u{FFFF}\":1,\"\u{10000}\":2}";
+        assert_eq!(
+            canonicalize_text(text).unwrap(),
+            "{\"\u{10000}\":2,\"\u{FFFF}\":1}"
+        );
+    }
+
+    #[test]
+    fn numbers_are_written_as_javascript_does() {
+        let cases = [
+            ("0", "0"),
+            ("-0", "0"),
+            ("-0.0", "0"),
+            ("1.0", "1"),
+            ("1e21", "1e+21"),
+            ("1e20", "100000000000000000000"),
+            ("123456789012345678901234", "1.2345678901234569e+23"),
+            ("0.000001", "0.000001"),
+            ("0.0000001", "1e-7"),
+            ("9007199254740993", "9007199254740992"),
+            ("-9007199254740993", "-9007199254740992"),
+            ("18446744073709551615", "18446744073709552000"),
+            ("5e-324", "5e-324"),
+            ("1.7976931348623157e308", "1.7976931348623157e+308"),
+            ("333333333.33333329", "333333333.3333333"),
+            ("-1.5", "-1.5"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(canonicalize_text(input).unwrap(), want, "input {input}");
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_per_rfc() {
+        let text = "\"\\u0000\\u001f\\b\\f\\n\\r\\t\\\"\\\\/\\u007f\\u2028\u{e9}\"";
+        assert_eq!(
+            canonicalize_text(text).unwrap(),
+            "\"\\u0000\\u001f\\b\\f\\n\\r\\t\\\"\\\\/\u{7f}\u{2028}\u{e9}\""
+        );
+    }
+
+    #[test]
+    fn depth_is_bounded() {
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(parse(&ok).is_ok());
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert_eq!(parse(&deep), Err(ParseError::TooDeep));
+        // Brackets inside strings do not count.
+        let s = format!("[\"{}\"]", "[".repeat(5000));
+        assert!(parse(&s).is_ok());
+    }
+
+    #[test]
+    fn lone_surrogates_and_huge_numbers_are_invalid() {
+        assert!(matches!(parse("\"\\ud800\""), Err(ParseError::Invalid(_))));
+        assert!(matches!(parse("1e400"), Err(ParseError::Invalid(_))));
+        assert!(matches!(parse("[1] x"), Err(ParseError::Invalid(_))));
+    }
+
+    #[test]
+    fn agrees_with_the_oracle_on_random_values() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8785);
+        for _ in 0..2000 {
+            let v = random_value(&mut rng, 0);
+            let ours = to_string(&v);
+            let oracle = serde_json_canonicalizer::to_string(&v).unwrap();
+            assert_eq!(ours, oracle);
+            assert_eq!(
+                canonicalize_text(&ours).unwrap(),
+                ours,
+                "canonical form is a fixed point"
+            );
+        }
+    }
+
+    fn random_value(rng: &mut impl rand::Rng, depth: usize) -> Value {
+        let pick = if depth > 3 {
+            rng.random_range(0..4)
+        } else {
+            rng.random_range(0..6)
+        };
+        match pick {
+            0 => Value::Null,
+            1 => Value::Bool(rng.random()),
+            2 => {
+                let bits: u64 = rng.random();
+                let f = f64::from_bits(bits);
+                if f.is_finite() {
+                    serde_json::json!(f)
+                } else {
+                    serde_json::json!(rng.random::<i32>())
+                }
+            }
+            3 => Value::String(random_string(rng)),
+            4 => Value::Array(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_value(rng, depth + 1))
+                    .collect(),
+            ),
+            _ => Value::Object(
+                (0..rng.random_range(0..5))
+                    .map(|_| (random_string(rng), random_value(rng, depth + 1)))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn random_string(rng: &mut impl rand::Rng) -> String {
+        const POOL: &[char] = &[
+            'a',
+            'B',
+            '0',
+            '\n',
+            '"',
+            '\\',
+            '\u{1}',
+            '\u{7f}',
+            'é',
+            '€',
+            '\u{E000}',
+            '\u{FFFD}',
+            '😀',
+            '\u{10000}',
+            '\u{2028}',
+        ];
+        (0..rng.random_range(0..6))
+            .map(|_| POOL[rng.random_range(0..POOL.len())])
+            .collect()
+    }
+}

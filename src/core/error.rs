@@ -1,0 +1,260 @@
+//! The one error type of the world.
+//!
+//! Every failure the package can report is a variant of [`WorldError`]. Each variant carries the
+//! context a person needs to act on it (run id, sequence, field path, artifact id) and maps to a
+//! stable string [`code`](WorldError::code) that the binding hands to JavaScript, where `world.ts`
+//! turns it into the matching error class. Messages never include payload values, so a secret in
+//! a payload can never leak through an error.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Result alias used throughout the core.
+pub type Result<T, E = WorldError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the world, one variant per contract error (plus I/O).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WorldError {
+    /// A run id, session id, data directory or other path-like input is malformed, or the data
+    /// directory is not a world this version can open.
+    #[error("{message}")]
+    Path { message: String },
+
+    /// A call was made on a world after `close()`.
+    #[error("the world is closed")]
+    Closed,
+
+    /// An append (or other input) failed validation. `path` names the offending field, such as
+    /// `payload.response.usage.inputTokens`.
+    #[error("{path}: {message}")]
+    Validation {
+        run_id: Option<String>,
+        path: String,
+        message: String,
+    },
+
+    /// An idempotency key was reused for different canonical content.
+    #[error(
+        "appendIdempotencyKey {key:?} of run {run_id} was already used at sequence {sequence} \
+         for different content (stored digest {stored_digest}, this request {request_digest})"
+    )]
+    IdempotencyConflict {
+        run_id: String,
+        key: String,
+        sequence: u64,
+        stored_digest: String,
+        request_digest: String,
+    },
+
+    /// No artifact with this id exists in the world.
+    #[error("artifact {artifact_id} not found{context}")]
+    ArtifactNotFound {
+        artifact_id: String,
+        /// Where the reference came from, already formatted (`" (referenced at payload.x)"`).
+        context: String,
+    },
+
+    /// A blob's bytes do not hash to the manifest's `sha256`.
+    #[error("artifact {artifact_id}: blob hashes to {actual}, manifest says {expected}")]
+    ArtifactHashMismatch {
+        artifact_id: String,
+        expected: String,
+        actual: String,
+    },
+
+    /// A manifest is unreadable, or disagrees with its blob (size) or its own id.
+    #[error("artifact {artifact_id}: {reason}")]
+    ArtifactManifestCorrupt { artifact_id: String, reason: String },
+
+    /// The event log is damaged: a hole in a sequence, an id that does not match its row, a
+    /// store that is not a database, a known event whose stored body does not parse.
+    #[error("event log corrupt{}: {reason}", location(run_id, sequence))]
+    EventLogCorrupt {
+        run_id: Option<String>,
+        sequence: Option<u64>,
+        reason: String,
+    },
+
+    /// Another integrity failure (the base class of the three above in JavaScript).
+    #[error("runtime integrity: {reason}")]
+    RuntimeIntegrity { reason: String },
+
+    /// A lock is held by a live owner and `waitMs` ran out.
+    #[error("{name} is locked by pid {owner_pid} (token {owner_token}) since {since}")]
+    RunLocked {
+        name: String,
+        owner_pid: u32,
+        owner_token: String,
+        since: String,
+    },
+
+    /// An outer-loop manifest write carried another `inputHash` than the stored one.
+    #[error("outer loop {outer_loop_id}: inputHash {given} does not match the stored {stored}")]
+    OuterLoopInputMismatch {
+        outer_loop_id: String,
+        stored: String,
+        given: String,
+    },
+
+    /// A replay read found rows it would have to drop.
+    #[error("replay of {run_id} refused: {reason}")]
+    ReplayRefused {
+        run_id: String,
+        reason: String,
+        sequences: Vec<u64>,
+    },
+
+    /// The file system failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        path: Option<PathBuf>,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+
+    /// SQLite failed in a way that is not corruption.
+    #[error("{context}: {source}")]
+    Sqlite {
+        context: String,
+        #[source]
+        source: Arc<rusqlite::Error>,
+    },
+}
+
+fn location(run_id: &Option<String>, sequence: &Option<u64>) -> String {
+    match (run_id, sequence) {
+        (Some(r), Some(s)) => format!(" ({r} sequence {s})"),
+        (Some(r), None) => format!(" ({r})"),
+        (None, Some(s)) => format!(" (sequence {s})"),
+        (None, None) => String::new(),
+    }
+}
+
+impl WorldError {
+    /// The stable code JavaScript sees as `error.code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WorldError::Path { .. } => "WORLD_PATH",
+            WorldError::Closed => "WORLD_CLOSED",
+            WorldError::Validation { .. } => "EVENT_VALIDATION",
+            WorldError::IdempotencyConflict { .. } => "EVENT_APPEND_IDEMPOTENCY_CONFLICT",
+            WorldError::ArtifactNotFound { .. } => "ARTIFACT_NOT_FOUND",
+            WorldError::ArtifactHashMismatch { .. } => "ARTIFACT_HASH_MISMATCH",
+            WorldError::ArtifactManifestCorrupt { .. } => "ARTIFACT_MANIFEST_CORRUPT",
+            WorldError::EventLogCorrupt { .. } => "EVENT_LOG_CORRUPT",
+            WorldError::RuntimeIntegrity { .. } => "RUNTIME_INTEGRITY",
+            WorldError::RunLocked { .. } => "RUN_LOCKED",
+            WorldError::OuterLoopInputMismatch { .. } => "OUTER_LOOP_INPUT_MISMATCH",
+            WorldError::ReplayRefused { .. } => "REPLAY_REFUSED",
+            WorldError::Io { .. } | WorldError::Sqlite { .. } => "WORLD_IO",
+        }
+    }
+
+    /// Structured context for JavaScript (`error.runId`, `error.path`, …), as a JSON object.
+    pub fn details(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            WorldError::Validation { run_id, path, .. } => json!({ "runId": run_id, "path": path }),
+            WorldError::IdempotencyConflict {
+                run_id,
+                key,
+                sequence,
+                ..
+            } => json!({ "runId": run_id, "appendIdempotencyKey": key, "sequence": sequence }),
+            WorldError::ArtifactNotFound { artifact_id, .. }
+            | WorldError::ArtifactHashMismatch { artifact_id, .. }
+            | WorldError::ArtifactManifestCorrupt { artifact_id, .. } => {
+                json!({ "artifactId": artifact_id })
+            }
+            WorldError::EventLogCorrupt {
+                run_id, sequence, ..
+            } => json!({ "runId": run_id, "sequence": sequence }),
+            WorldError::RunLocked {
+                name, owner_pid, ..
+            } => json!({ "lockName": name, "ownerPid": owner_pid }),
+            WorldError::OuterLoopInputMismatch { outer_loop_id, .. } => {
+                json!({ "outerLoopId": outer_loop_id })
+            }
+            WorldError::ReplayRefused {
+                run_id, sequences, ..
+            } => json!({ "runId": run_id, "sequences": sequences }),
+            WorldError::Io { path, .. } => json!({ "path": path }),
+            _ => json!({}),
+        }
+    }
+
+    /// A validation error at `path`.
+    pub fn validation(path: impl Into<String>, message: impl Into<String>) -> Self {
+        WorldError::Validation {
+            run_id: None,
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Attach the run id to a validation error that does not carry one yet.
+    pub fn for_run(mut self, run: &str) -> Self {
+        if let WorldError::Validation { run_id, .. } = &mut self {
+            if run_id.is_none() {
+                *run_id = Some(run.to_string());
+            }
+        }
+        self
+    }
+
+    /// An I/O error with what was being done and where.
+    pub fn io(context: impl Into<String>, path: Option<PathBuf>, source: std::io::Error) -> Self {
+        WorldError::Io {
+            context: context.into(),
+            path,
+            source: Arc::new(source),
+        }
+    }
+
+    /// A SQLite error, turned into [`WorldError::EventLogCorrupt`] when SQLite says the file is
+    /// damaged or not a database.
+    pub fn sqlite(context: impl Into<String>, source: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        let context = context.into();
+        if let rusqlite::Error::SqliteFailure(e, _) = &source {
+            if matches!(e.code, ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) {
+                return WorldError::EventLogCorrupt {
+                    run_id: None,
+                    sequence: None,
+                    reason: format!("{context}: {source}"),
+                };
+            }
+        }
+        WorldError::Sqlite {
+            context,
+            source: Arc::new(source),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_stable() {
+        assert_eq!(WorldError::Closed.code(), "WORLD_CLOSED");
+        assert_eq!(
+            WorldError::validation("payload.a", "bad").code(),
+            "EVENT_VALIDATION"
+        );
+        let e = WorldError::validation("payload.a[3].b", "must be a string").for_run("run_x");
+        assert_eq!(e.to_string(), "payload.a[3].b: must be a string");
+        assert_eq!(e.details()["runId"], "run_x");
+    }
+
+    #[test]
+    fn not_a_database_is_corruption() {
+        let err = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+            None,
+        );
+        assert_eq!(WorldError::sqlite("open", err).code(), "EVENT_LOG_CORRUPT");
+    }
+}

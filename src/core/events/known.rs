@@ -1,0 +1,653 @@
+//! Payload shapes of the known event types (seed `000_*` and the contract's table).
+//!
+//! Each known type lists its required and optional fields with a rule per field. Extra fields are
+//! always allowed, because a newer runtime may add some. A missing or mistyped field is an
+//! `EventValidationError` whose path names it (`payload.response.usage.inputTokens`).
+
+use super::path::dotted;
+use crate::core::error::{Result, WorldError};
+use serde_json::{Map, Value};
+
+/// What a field must hold.
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    /// Any JSON value.
+    Any,
+    /// A string.
+    Str,
+    /// A non-empty string.
+    NonEmpty,
+    /// An object.
+    Object,
+    /// An array.
+    Array,
+    /// A non-negative safe integer.
+    Count,
+    /// A positive safe integer.
+    Positive,
+    /// A finite non-negative number.
+    Duration,
+    /// An error envelope: an object with at least a string `message`.
+    Error,
+    /// An artifact reference string.
+    ArtifactRef,
+    /// A string or a number (a branch name or index).
+    Label,
+    /// One of a closed set of strings.
+    OneOf(&'static [&'static str]),
+}
+
+/// A field of a known type.
+struct Field {
+    name: &'static str,
+    rule: Rule,
+    required: bool,
+}
+
+const fn req(name: &'static str, rule: Rule) -> Field {
+    Field {
+        name,
+        rule,
+        required: true,
+    }
+}
+
+const fn opt(name: &'static str, rule: Rule) -> Field {
+    Field {
+        name,
+        rule,
+        required: false,
+    }
+}
+
+/// Fields of which a payload must (or may) carry exactly one, such as `output` / `outputRef`.
+struct Choice {
+    value: &'static str,
+    reference: &'static str,
+    required: bool,
+}
+
+const HARNESS_ROLES: &[&str] = &[
+    "planner",
+    "orchestrator",
+    "worker.ai-generate",
+    "worker.code-run",
+    "worker.tool-call",
+    "fixer",
+];
+
+struct Shape {
+    fields: &'static [Field],
+    choice: Option<Choice>,
+}
+
+const OUTPUT_OPTIONAL: Option<Choice> = Some(Choice {
+    value: "output",
+    reference: "outputRef",
+    required: false,
+});
+
+/// Every known type of seed `000_*` with its shape.
+static SHAPES: &[(&str, Shape)] = {
+    use Rule::*;
+    &[
+        (
+            "RunStarted",
+            Shape {
+                fields: &[opt("workflowVersionId", Str), opt("input", Any)],
+                choice: None,
+            },
+        ),
+        (
+            "RunCompleted",
+            Shape {
+                fields: &[],
+                choice: OUTPUT_OPTIONAL,
+            },
+        ),
+        (
+            "RunFailed",
+            Shape {
+                fields: &[req("error", Error)],
+                choice: None,
+            },
+        ),
+        (
+            "StepStarted",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    opt("stepKind", Str),
+                    opt("attempt", Positive),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "StepCompleted",
+            Shape {
+                fields: &[req("stepPath", NonEmpty)],
+                choice: OUTPUT_OPTIONAL,
+            },
+        ),
+        (
+            "StepFailed",
+            Shape {
+                fields: &[req("stepPath", NonEmpty), req("error", Error)],
+                choice: None,
+            },
+        ),
+        (
+            "ParallelGroupStarted",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    opt("groupId", Str),
+                    opt("branchCount", Count),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "ParallelGroupCompleted",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    opt("groupId", Str),
+                    opt("branchCount", Count),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "ParallelGroupFailed",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    opt("groupId", Str),
+                    opt("error", Error),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "ParallelBranchScheduled",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    opt("groupId", Str),
+                    opt("branch", Label),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "ParallelBranchCompleted",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    opt("groupId", Str),
+                    opt("branch", Label),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "ParallelBranchFailed",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    opt("groupId", Str),
+                    opt("branch", Label),
+                    opt("error", Error),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "OuterLoopCycleCompleted",
+            Shape {
+                fields: &[
+                    req("outerLoopId", NonEmpty),
+                    req("cycleNumber", Positive),
+                    req("supervise", Object),
+                    req("supervise.kind", OneOf(&["done", "continue"])),
+                    opt("supervise.finalOutput", Any),
+                    opt("supervise.promptNote", Str),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "harness.session.started",
+            Shape {
+                fields: &[
+                    req("runId", NonEmpty),
+                    req("role", OneOf(HARNESS_ROLES)),
+                    req("task", Object),
+                    req("task.kind", NonEmpty),
+                    req("manifest", Object),
+                    req("manifestHash", NonEmpty),
+                    opt("parentRunId", NonEmpty),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "harness.session.completed",
+            Shape {
+                fields: &[
+                    req("runId", NonEmpty),
+                    req("usage", Object),
+                    req("usage.inputTokens", Count),
+                    req("usage.outputTokens", Count),
+                    req("usage.cachedInputTokens", Count),
+                    req("usage.reasoningTokens", Count),
+                    opt("output", Any),
+                    opt("fixedSource", Str),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "harness.session.failed",
+            Shape {
+                fields: &[req("runId", NonEmpty), req("error", Error)],
+                choice: None,
+            },
+        ),
+        (
+            "harness.model.called",
+            Shape {
+                fields: &[
+                    req("turn", Positive),
+                    req("promptHash", NonEmpty),
+                    req("request", Object),
+                    req("request.model", NonEmpty),
+                    req("request.messages", Array),
+                    req("request.tools", Array),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "harness.model.responded",
+            Shape {
+                fields: &[
+                    req("turn", Positive),
+                    req("callId", NonEmpty),
+                    opt("stepPath", NonEmpty),
+                    req("model", Object),
+                    req("model.provider", NonEmpty),
+                    req("model.modelId", NonEmpty),
+                    req("response", Object),
+                    opt("response.text", Str),
+                    opt("response.toolCalls", Array),
+                    req("response.usage", Object),
+                    req("response.usage.inputTokens", Count),
+                    req("response.usage.outputTokens", Count),
+                    opt("response.usage.cachedInputTokens", Count),
+                    opt("response.usage.reasoningTokens", Count),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "harness.tool_call.started",
+            Shape {
+                fields: &[
+                    opt("turn", Positive),
+                    req("callId", NonEmpty),
+                    req("caller", OneOf(&["model", "code"])),
+                    req("toolName", NonEmpty),
+                ],
+                choice: Some(Choice {
+                    value: "args",
+                    reference: "argsRef",
+                    required: true,
+                }),
+            },
+        ),
+        (
+            "harness.tool_call.succeeded",
+            Shape {
+                fields: &[req("callId", NonEmpty), req("durationMs", Duration)],
+                choice: Some(Choice {
+                    value: "result",
+                    reference: "resultRef",
+                    required: true,
+                }),
+            },
+        ),
+        (
+            "harness.tool_call.failed",
+            Shape {
+                fields: &[
+                    req("callId", NonEmpty),
+                    req("error", Error),
+                    req("durationMs", Duration),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "harness.execute_step.started",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    req("stepKind", OneOf(&["code.run", "tool.call", "decision"])),
+                    req("inputHash", NonEmpty),
+                ],
+                choice: None,
+            },
+        ),
+        (
+            "harness.execute_step.succeeded",
+            Shape {
+                fields: &[
+                    req("stepPath", NonEmpty),
+                    req("outputHash", NonEmpty),
+                    req("durationMs", Duration),
+                ],
+                choice: None,
+            },
+        ),
+    ]
+};
+
+fn shape(event_type: &str) -> Option<&'static Shape> {
+    SHAPES
+        .iter()
+        .find(|(name, _)| *name == event_type)
+        .map(|(_, s)| s)
+}
+
+/// Whether `event_type` is one of the known types of seed `000_*`.
+pub fn is_known(event_type: &str) -> bool {
+    shape(event_type).is_some()
+}
+
+/// Validate the payload of a known type; unknown types pass (they are stored as generic facts).
+pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
+    let Some(shape) = shape(event_type) else {
+        return Ok(());
+    };
+    for field in shape.fields {
+        match lookup(payload, field.name) {
+            Some(v) => check(field.rule, v, field.name)?,
+            None if field.required => {
+                return Err(WorldError::validation(
+                    dotted("payload", field.name),
+                    format!("{event_type} requires {}", describe(field.rule)),
+                ))
+            }
+            None => {}
+        }
+    }
+    if let Some(choice) = &shape.choice {
+        let has_value = payload.contains_key(choice.value);
+        let has_ref = payload.contains_key(choice.reference);
+        if has_value && has_ref {
+            return Err(WorldError::validation(
+                dotted("payload", choice.reference),
+                format!(
+                    "{event_type} carries either {} or {}, not both",
+                    choice.value, choice.reference
+                ),
+            ));
+        }
+        if choice.required && !has_value && !has_ref {
+            return Err(WorldError::validation(
+                dotted("payload", choice.value),
+                format!(
+                    "{event_type} requires {} or {}",
+                    choice.value, choice.reference
+                ),
+            ));
+        }
+        if let Some(r) = payload.get(choice.reference) {
+            check(Rule::ArtifactRef, r, choice.reference)?;
+        }
+    }
+    if event_type == "harness.model.responded" {
+        let usage = &payload["response"]["usage"];
+        subset(usage, "cachedInputTokens", "inputTokens")?;
+        subset(usage, "reasoningTokens", "outputTokens")?;
+    }
+    Ok(())
+}
+
+fn subset(usage: &Value, part: &str, whole: &str) -> Result<()> {
+    if let (Some(p), Some(w)) = (
+        usage.get(part).and_then(Value::as_f64),
+        usage[whole].as_f64(),
+    ) {
+        if p > w {
+            return Err(WorldError::validation(
+                dotted("payload.response.usage", part),
+                format!("{part} ({p}) cannot exceed {whole} ({w})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn lookup<'v>(payload: &'v Map<String, Value>, dotted_name: &str) -> Option<&'v Value> {
+    let mut parts = dotted_name.split('.');
+    let mut cur = payload.get(parts.next()?)?;
+    for part in parts {
+        cur = cur.as_object()?.get(part)?;
+    }
+    Some(cur)
+}
+
+/// Largest integer a JavaScript number holds exactly.
+pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// Whether `v` is a non-negative safe integer.
+pub fn is_count(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => match n.as_u64() {
+            Some(u) => u as f64 <= MAX_SAFE_INTEGER,
+            None => n
+                .as_f64()
+                .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f <= MAX_SAFE_INTEGER),
+        },
+        _ => false,
+    }
+}
+
+/// Whether `s` is exactly an artifact reference: `artifact://art_` + 16 lower-case hex digits.
+pub fn is_artifact_ref(s: &str) -> bool {
+    s.strip_prefix("artifact://").is_some_and(is_artifact_id)
+}
+
+/// Whether `s` is an artifact id: `art_` + 16 lower-case hex digits.
+pub fn is_artifact_id(s: &str) -> bool {
+    s.strip_prefix("art_").is_some_and(|h| {
+        h.len() == 16
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+fn check(rule: Rule, v: &Value, name: &str) -> Result<()> {
+    let ok = match rule {
+        Rule::Any => true,
+        Rule::Str => v.is_string(),
+        Rule::NonEmpty => v.as_str().is_some_and(|s| !s.is_empty()),
+        Rule::Object => v.is_object(),
+        Rule::Array => v.is_array(),
+        Rule::Count => is_count(v),
+        Rule::Positive => is_count(v) && v.as_f64() != Some(0.0),
+        Rule::Duration => v.as_f64().is_some_and(|f| f >= 0.0),
+        Rule::Error => v.get("message").is_some_and(Value::is_string),
+        Rule::ArtifactRef => v.as_str().is_some_and(is_artifact_ref),
+        Rule::Label => v.is_string() || v.is_number(),
+        Rule::OneOf(set) => v.as_str().is_some_and(|s| set.contains(&s)),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(WorldError::validation(
+            dotted("payload", name),
+            format!("must be {}", describe(rule)),
+        ))
+    }
+}
+
+fn describe(rule: Rule) -> String {
+    match rule {
+        Rule::Any => "a value".into(),
+        Rule::Str => "a string".into(),
+        Rule::NonEmpty => "a non-empty string".into(),
+        Rule::Object => "an object".into(),
+        Rule::Array => "an array".into(),
+        Rule::Count => "a non-negative safe integer".into(),
+        Rule::Positive => "a positive safe integer".into(),
+        Rule::Duration => "a non-negative number".into(),
+        Rule::Error => "an error object with a string message".into(),
+        Rule::ArtifactRef => "an artifact reference (artifact://art_ + 16 hex)".into(),
+        Rule::Label => "a string or a number".into(),
+        Rule::OneOf(set) => format!("one of {}", set.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check_payload(t: &str, v: Value) -> Result<()> {
+        validate(t, v.as_object().unwrap())
+    }
+
+    fn path_of(r: Result<()>) -> String {
+        match r.unwrap_err() {
+            WorldError::Validation { path, .. } => path,
+            e => panic!("not a validation error: {e}"),
+        }
+    }
+
+    fn responded() -> Value {
+        json!({
+            "turn": 1, "callId": "c1", "model": {"provider": "openai", "modelId": "gpt-5"},
+            "response": {"usage": {"inputTokens": 10, "outputTokens": 5}}
+        })
+    }
+
+    #[test]
+    fn model_responded_shape() {
+        assert!(check_payload("harness.model.responded", responded()).is_ok());
+        let mut v = responded();
+        v["response"]["usage"]["inputTokens"] = json!(-1);
+        assert_eq!(
+            path_of(check_payload("harness.model.responded", v)),
+            "payload.response.usage.inputTokens"
+        );
+        let mut v = responded();
+        v["response"]["usage"]["outputTokens"] = json!(1.5);
+        assert_eq!(
+            path_of(check_payload("harness.model.responded", v)),
+            "payload.response.usage.outputTokens"
+        );
+        let mut v = responded();
+        v["response"]["usage"]["cachedInputTokens"] = json!(11);
+        assert_eq!(
+            path_of(check_payload("harness.model.responded", v)),
+            "payload.response.usage.cachedInputTokens"
+        );
+        let mut v = responded();
+        v["response"]["usage"]["reasoningTokens"] = json!(6);
+        assert_eq!(
+            path_of(check_payload("harness.model.responded", v)),
+            "payload.response.usage.reasoningTokens"
+        );
+        let mut v = responded();
+        v["model"].as_object_mut().unwrap().remove("modelId");
+        assert_eq!(
+            path_of(check_payload("harness.model.responded", v)),
+            "payload.model.modelId"
+        );
+        let mut v = responded();
+        v["response"]["usage"]["inputTokens"] = json!(9007199254740992u64);
+        assert!(check_payload("harness.model.responded", v).is_err());
+    }
+
+    #[test]
+    fn step_events() {
+        assert!(check_payload("StepStarted", json!({"stepPath": "a"})).is_ok());
+        assert_eq!(
+            path_of(check_payload("StepStarted", json!({}))),
+            "payload.stepPath"
+        );
+        assert_eq!(
+            path_of(check_payload(
+                "StepFailed",
+                json!({"stepPath": "a", "error": {}})
+            )),
+            "payload.error"
+        );
+        assert!(check_payload(
+            "StepFailed",
+            json!({"stepPath": "a", "error": {"message": "x"}})
+        )
+        .is_ok());
+        assert_eq!(
+            path_of(check_payload(
+                "StepCompleted",
+                json!({"stepPath": "a", "output": 1, "outputRef": "artifact://art_0123456789abcdef"})
+            )),
+            "payload.outputRef"
+        );
+        assert_eq!(
+            path_of(check_payload(
+                "StepCompleted",
+                json!({"stepPath": "a", "outputRef": "art_x"})
+            )),
+            "payload.outputRef"
+        );
+        assert!(check_payload("RunCompleted", json!({})).is_ok());
+        assert_eq!(
+            path_of(check_payload(
+                "OuterLoopCycleCompleted",
+                json!({"outerLoopId": "o", "cycleNumber": 1, "supervise": {"kind": "maybe"}})
+            )),
+            "payload.supervise.kind"
+        );
+    }
+
+    #[test]
+    fn tool_calls_need_args_or_ref() {
+        let base = json!({"callId": "c", "caller": "code", "toolName": "t"});
+        assert_eq!(
+            path_of(check_payload("harness.tool_call.started", base.clone())),
+            "payload.args"
+        );
+        let mut v = base.clone();
+        v["args"] = json!(null);
+        assert!(check_payload("harness.tool_call.started", v).is_ok());
+        let mut v = base;
+        v["caller"] = json!("human");
+        v["args"] = json!({});
+        assert_eq!(
+            path_of(check_payload("harness.tool_call.started", v)),
+            "payload.caller"
+        );
+    }
+
+    #[test]
+    fn unknown_types_pass() {
+        assert!(check_payload("my.custom.fact", json!({"anything": [1, 2]})).is_ok());
+        assert!(!is_known("my.custom.fact"));
+        assert!(is_known("harness.session.started"));
+    }
+
+    #[test]
+    fn artifact_refs() {
+        assert!(is_artifact_ref("artifact://art_0123456789abcdef"));
+        assert!(!is_artifact_ref("artifact://art_0123456789ABCDEF"));
+        assert!(!is_artifact_ref("artifact://art_0123456789abcde"));
+        assert!(!is_artifact_ref(" artifact://art_0123456789abcdef"));
+    }
+}

@@ -1,0 +1,300 @@
+//! The append rules: one path for every event that enters the log.
+//!
+//! An append goes through two pure-ish steps. [`prepare`] checks everything that does not depend
+//! on what is already stored (ids, the payload's JSON, the known type's shape, `costUsd`, artifact
+//! references) and produces the canonical payload and the request digest. [`commit_batch`] then
+//! runs inside one write transaction of a backend: for each prepared append, in its own savepoint,
+//! it answers an idempotent retry from the stored row, or takes the next dense sequence, builds the
+//! envelope and inserts it. A rejected append writes nothing and consumes no sequence.
+
+pub mod known;
+pub mod path;
+pub mod shape;
+
+use crate::core::canonical;
+use crate::core::error::{Result, WorldError};
+use crate::core::ids;
+use crate::core::store::{LogTx, LogWriter, NewEvent};
+use path::{JsonPath, Seg};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// Longest event type name.
+pub const MAX_TYPE_LEN: usize = 256;
+/// Longest idempotency key.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// An append as the caller asked for it.
+#[derive(Debug, Clone)]
+pub struct AppendRequest {
+    pub run_id: String,
+    pub event_type: String,
+    /// The payload as JSON text.
+    pub payload_json: String,
+    pub key: Option<String>,
+}
+
+/// An append whose payload is checked and canonical, ready for a write transaction.
+#[derive(Debug, Clone)]
+pub struct PreparedAppend {
+    pub run_id: String,
+    pub event_type: String,
+    pub payload: String,
+    pub key: Option<String>,
+    pub digest: Option<String>,
+}
+
+/// Answers whether an artifact exists, for reference checks.
+pub trait ArtifactLookup: Send + Sync {
+    /// Whether `artifact_id` (`art_…`) is published in the world.
+    fn artifact_exists(&self, artifact_id: &str) -> Result<bool>;
+}
+
+/// Check an append against every rule that does not depend on stored rows.
+pub fn prepare(req: AppendRequest, artifacts: &dyn ArtifactLookup) -> Result<PreparedAppend> {
+    ids::check_run_id(&req.run_id)?;
+    let run = req.run_id.as_str();
+    check_type(&req.event_type).map_err(|e| e.for_run(run))?;
+    if let Some(key) = &req.key {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Err(WorldError::validation(
+                "appendIdempotencyKey",
+                format!("must be a non-empty string of at most {MAX_KEY_LEN} bytes"),
+            )
+            .for_run(run));
+        }
+    } else if req.event_type.starts_with("harness.") {
+        return Err(WorldError::validation(
+            "appendIdempotencyKey",
+            format!("{} appends require an appendIdempotencyKey", req.event_type),
+        )
+        .for_run(run));
+    }
+    let payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
+    check_payload(&req.event_type, &payload, artifacts).map_err(|e| e.for_run(run))?;
+    let canonical = canonical::to_string(&Value::Object(payload));
+    let digest = req
+        .key
+        .as_ref()
+        .map(|_| ids::request_digest(&req.run_id, &req.event_type, &canonical));
+    Ok(PreparedAppend {
+        run_id: req.run_id,
+        event_type: req.event_type,
+        payload: canonical,
+        key: req.key,
+        digest,
+    })
+}
+
+fn check_type(event_type: &str) -> Result<()> {
+    if event_type.is_empty()
+        || event_type.len() > MAX_TYPE_LEN
+        || event_type.chars().any(char::is_control)
+    {
+        return Err(WorldError::validation(
+            "type",
+            format!("must be a non-empty string of at most {MAX_TYPE_LEN} bytes without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Parse a payload's JSON text; it must be an object.
+pub fn parse_payload(text: &str) -> Result<Map<String, Value>> {
+    match canonical::parse(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(WorldError::validation("payload", "must be a JSON object")),
+        Err(e) => Err(WorldError::validation("payload", e.to_string())),
+    }
+}
+
+/// The payload rules every type shares, plus the known type's shape.
+pub fn check_payload(
+    event_type: &str,
+    payload: &Map<String, Value>,
+    artifacts: &dyn ArtifactLookup,
+) -> Result<()> {
+    known::validate(event_type, payload)?;
+    let mut path = JsonPath::new("payload");
+    scan_object(payload, &mut path, artifacts)
+}
+
+/// Walk the payload: refuse `costUsd` in any usage object, and check every artifact reference.
+fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn ArtifactLookup) -> Result<()> {
+    match v {
+        Value::String(s) if known::is_artifact_ref(s) => {
+            let id = &s["artifact://".len()..];
+            if !artifacts.artifact_exists(id)? {
+                return Err(WorldError::ArtifactNotFound {
+                    artifact_id: id.to_string(),
+                    context: format!(" (referenced at {})", path.render()),
+                });
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                path.push(Seg::Index(i));
+                scan(item, path, artifacts)?;
+                path.pop();
+            }
+            Ok(())
+        }
+        Value::Object(map) => scan_object(map, path, artifacts),
+        _ => Ok(()),
+    }
+}
+
+fn scan_object<'v>(
+    map: &'v Map<String, Value>,
+    path: &mut JsonPath<'v>,
+    artifacts: &dyn ArtifactLookup,
+) -> Result<()> {
+    for (k, v) in map {
+        path.push(Seg::Key(k));
+        if k == "usage" {
+            if let Some(usage) = v.as_object() {
+                if usage.contains_key("costUsd") {
+                    return Err(WorldError::validation(
+                        path.render_with("costUsd"),
+                        "events are token-only: a usage object may not carry costUsd (cost is computed at materialization)",
+                    ));
+                }
+            }
+        }
+        scan(v, path, artifacts)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// Outcome of one append in a batch: the envelope's canonical JSON, or why it was refused.
+pub type AppendOutcome = Result<String>;
+
+/// Commit a group of prepared appends in one write transaction, each in its own savepoint.
+///
+/// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
+/// commit), every append of the group gets that error and nothing of the group is stored.
+pub fn commit_batch(
+    writer: &mut dyn LogWriter,
+    batch: &[PreparedAppend],
+    recorded_at: &str,
+) -> Vec<AppendOutcome> {
+    let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
+    let result = writer.transaction(&mut |tx| {
+        outcomes.clear();
+        let mut next: HashMap<&str, u64> = HashMap::new();
+        for item in batch {
+            tx.savepoint()?;
+            match append_one(tx, &mut next, item, recorded_at) {
+                Ok(envelope) => {
+                    tx.release()?;
+                    outcomes.push(Ok(envelope));
+                }
+                Err(e) => {
+                    tx.rollback_to()?;
+                    outcomes.push(Err(e));
+                }
+            }
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => outcomes,
+        Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
+    }
+}
+
+fn append_one<'b>(
+    tx: &mut dyn LogTx,
+    next: &mut HashMap<&'b str, u64>,
+    item: &'b PreparedAppend,
+    recorded_at: &str,
+) -> Result<String> {
+    if let (Some(key), Some(digest)) = (&item.key, &item.digest) {
+        if let Some(found) = tx.find_by_key(&item.run_id, key)? {
+            if &found.digest == digest {
+                return Ok(found.envelope);
+            }
+            return Err(WorldError::IdempotencyConflict {
+                run_id: item.run_id.clone(),
+                key: key.clone(),
+                sequence: found.sequence,
+                stored_digest: found.digest,
+                request_digest: digest.clone(),
+            });
+        }
+    }
+    let last = match next.get(item.run_id.as_str()) {
+        Some(&s) => s,
+        None => tx.last_sequence(&item.run_id)?,
+    };
+    let sequence = last + 1;
+    let event_id = ids::event_id(&item.run_id, sequence, &item.event_type, &item.payload);
+    let envelope = envelope_json(
+        &event_id,
+        &item.run_id,
+        sequence,
+        &item.event_type,
+        item.key.as_deref(),
+        item.digest.as_deref(),
+        recorded_at,
+        &item.payload,
+    );
+    tx.insert(&NewEvent {
+        run_id: &item.run_id,
+        sequence,
+        event_id: &event_id,
+        event_type: &item.event_type,
+        key: item.key.as_deref(),
+        digest: item.digest.as_deref(),
+        recorded_at,
+        envelope: &envelope,
+    })?;
+    next.insert(&item.run_id, sequence);
+    Ok(envelope)
+}
+
+/// The canonical JSON of an envelope (its keys are ASCII, written here in sorted order).
+#[allow(clippy::too_many_arguments)]
+pub fn envelope_json(
+    event_id: &str,
+    run_id: &str,
+    sequence: u64,
+    event_type: &str,
+    key: Option<&str>,
+    digest: Option<&str>,
+    recorded_at: &str,
+    canonical_payload: &str,
+) -> String {
+    use canonical::write_str;
+    let mut out = Vec::with_capacity(canonical_payload.len() + 256);
+    out.push(b'{');
+    if let Some(k) = key {
+        out.extend_from_slice(b"\"appendIdempotencyKey\":");
+        write_str(k, &mut out);
+        out.push(b',');
+    }
+    if let Some(d) = digest {
+        out.extend_from_slice(b"\"canonicalRequestDigest\":");
+        write_str(d, &mut out);
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"eventId\":");
+    write_str(event_id, &mut out);
+    out.extend_from_slice(b",\"payload\":");
+    out.extend_from_slice(canonical_payload.as_bytes());
+    out.extend_from_slice(b",\"recordedAt\":");
+    write_str(recorded_at, &mut out);
+    out.extend_from_slice(b",\"runId\":");
+    write_str(run_id, &mut out);
+    out.extend_from_slice(b",\"sequence\":");
+    out.extend_from_slice(itoa::Buffer::new().format(sequence).as_bytes());
+    out.extend_from_slice(b",\"type\":");
+    write_str(event_type, &mut out);
+    out.push(b'}');
+    String::from_utf8(out).expect("envelope is UTF-8")
+}
+
+#[cfg(test)]
+mod tests;

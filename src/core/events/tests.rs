@@ -1,0 +1,267 @@
+use super::*;
+use crate::core::store::memory::MemoryLog;
+use crate::core::store::sqlite::{self, Durability};
+use serde_json::json;
+
+struct NoArtifacts;
+impl ArtifactLookup for NoArtifacts {
+    fn artifact_exists(&self, id: &str) -> Result<bool> {
+        Ok(id == "art_00000000000000aa")
+    }
+}
+
+fn req(run: &str, t: &str, payload: serde_json::Value, key: Option<&str>) -> AppendRequest {
+    AppendRequest {
+        run_id: run.into(),
+        event_type: t.into(),
+        payload_json: payload.to_string(),
+        key: key.map(str::to_string),
+    }
+}
+
+fn prep(r: AppendRequest) -> Result<PreparedAppend> {
+    prepare(r, &NoArtifacts)
+}
+
+fn validation_path(e: WorldError) -> String {
+    match e {
+        WorldError::Validation { path, .. } => path,
+        other => panic!("expected a validation error, got {other:?}"),
+    }
+}
+
+fn backends() -> Vec<(
+    Box<dyn LogWriter>,
+    Box<dyn crate::core::store::LogReader>,
+    Option<tempfile::TempDir>,
+)> {
+    let mem = MemoryLog::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (w, r) = sqlite::open(dir.path(), Durability::Normal).unwrap();
+    vec![
+        (Box::new(mem.clone()), Box::new(mem), None),
+        (Box::new(w), Box::new(r), Some(dir)),
+    ]
+}
+
+#[test]
+fn sequences_are_dense_per_run_and_rejections_consume_none() {
+    for (mut w, r, _dir) in backends() {
+        let batch: Vec<PreparedAppend> = (0..10)
+            .map(|i| {
+                prep(req(
+                    if i % 2 == 0 { "run_a" } else { "run_b" },
+                    "StepStarted",
+                    json!({"stepPath": format!("s{i}")}),
+                    None,
+                ))
+                .unwrap()
+            })
+            .collect();
+        let out = commit_batch(&mut *w, &batch, "2026-01-01T00:00:00.000Z");
+        assert!(out.iter().all(|o| o.is_ok()));
+        // A keyed conflict in the middle of a group is rolled back alone.
+        let first = prep(req(
+            "run_a",
+            "harness.tool_call.failed",
+            json!({"callId": "c", "error": {"message": "x"}, "durationMs": 1}),
+            Some("k1"),
+        ))
+        .unwrap();
+        let conflict = prep(req(
+            "run_a",
+            "harness.tool_call.failed",
+            json!({"callId": "c", "error": {"message": "y"}, "durationMs": 1}),
+            Some("k1"),
+        ))
+        .unwrap();
+        let after = prep(req("run_a", "StepStarted", json!({"stepPath": "z"}), None)).unwrap();
+        let out = commit_batch(
+            &mut *w,
+            &[first, conflict, after],
+            "2026-01-01T00:00:01.000Z",
+        );
+        assert!(out[0].is_ok());
+        assert_eq!(
+            out[1].as_ref().unwrap_err().code(),
+            "EVENT_APPEND_IDEMPOTENCY_CONFLICT"
+        );
+        let after: serde_json::Value = serde_json::from_str(out[2].as_ref().unwrap()).unwrap();
+        assert_eq!(after["sequence"], 7);
+        let mut seqs = vec![];
+        r.rows("run_a", 0, &mut |row| {
+            seqs.push(row.sequence);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seqs, (1..=7).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn idempotent_retry_returns_the_stored_envelope() {
+    for (mut w, _r, _dir) in backends() {
+        let make = || {
+            prep(req("run_k", "harness.model.called", json!({"turn": 1, "promptHash": "h", "request": {"model": "m", "messages": [], "tools": []}}), Some("key-1"))).unwrap()
+        };
+        let a = commit_batch(&mut *w, &[make()], "2026-01-01T00:00:00.000Z")
+            .remove(0)
+            .unwrap();
+        // Same key twice in one group, and again later with another clock: all identical.
+        let b = commit_batch(&mut *w, &[make(), make()], "2026-01-02T00:00:00.000Z");
+        assert_eq!(b[0].as_ref().unwrap(), &a);
+        assert_eq!(b[1].as_ref().unwrap(), &a);
+        let env: serde_json::Value = serde_json::from_str(&a).unwrap();
+        assert_eq!(env["sequence"], 1);
+        assert_eq!(env["appendIdempotencyKey"], "key-1");
+        assert!(env["canonicalRequestDigest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"));
+        shape::check_envelope(&env).unwrap();
+    }
+}
+
+#[test]
+fn harness_appends_need_a_key() {
+    let e = prep(req(
+        "run_a",
+        "harness.session.failed",
+        json!({"runId": "run_a", "error": {"message": "x"}}),
+        None,
+    ))
+    .unwrap_err();
+    assert_eq!(validation_path(e), "appendIdempotencyKey");
+}
+
+#[test]
+fn cost_usd_in_any_usage_is_refused_with_its_path() {
+    let e = prep(req(
+        "run_a",
+        "my.fact",
+        json!({"a": [{"usage": {"costUsd": 1, "inputTokens": 1}}]}),
+        None,
+    ))
+    .unwrap_err();
+    assert_eq!(validation_path(e), "payload.a[0].usage.costUsd");
+    let e = prep(req(
+        "run_a",
+        "harness.model.responded",
+        json!({"turn": 1, "callId": "c", "model": {"provider": "openai", "modelId": "gpt-5"}, "response": {"usage": {"inputTokens": 1, "outputTokens": 1, "costUsd": 0.1}}}),
+        Some("k"),
+    ))
+    .unwrap_err();
+    assert_eq!(validation_path(e), "payload.response.usage.costUsd");
+}
+
+#[test]
+fn artifact_references_must_exist() {
+    assert!(prep(req(
+        "run_a",
+        "my.fact",
+        json!({"x": "artifact://art_00000000000000aa"}),
+        None
+    ))
+    .is_ok());
+    let e = prep(req(
+        "run_a",
+        "my.fact",
+        json!({"x": ["artifact://art_00000000000000bb"]}),
+        None,
+    ))
+    .unwrap_err();
+    assert_eq!(e.code(), "ARTIFACT_NOT_FOUND");
+    assert!(e.to_string().contains("payload.x[0]"), "{e}");
+}
+
+#[test]
+fn payloads_must_be_objects_of_storable_json() {
+    let bad = |json: &str| {
+        prepare(
+            AppendRequest {
+                run_id: "run_a".into(),
+                event_type: "t".into(),
+                payload_json: json.into(),
+                key: None,
+            },
+            &NoArtifacts,
+        )
+        .unwrap_err()
+    };
+    assert_eq!(validation_path(bad("[1]")), "payload");
+    assert_eq!(validation_path(bad("{\"a\":1e999}")), "payload");
+    assert_eq!(validation_path(bad("{\"a\":\"\\udc00\"}")), "payload");
+    let deep = format!("{{\"a\":{}{}}}", "[".repeat(1000), "]".repeat(1000));
+    assert_eq!(validation_path(bad(&deep)), "payload");
+    let e = prepare(
+        AppendRequest {
+            run_id: "run_/x".into(),
+            event_type: "t".into(),
+            payload_json: "{}".into(),
+            key: None,
+        },
+        &NoArtifacts,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "WORLD_PATH");
+    let e = prepare(
+        AppendRequest {
+            run_id: "run_a".into(),
+            event_type: "".into(),
+            payload_json: "{}".into(),
+            key: None,
+        },
+        &NoArtifacts,
+    )
+    .unwrap_err();
+    assert_eq!(validation_path(e), "type");
+}
+
+#[test]
+fn payload_is_stored_canonical_and_ids_match() {
+    let p = prep(req(
+        "run_c",
+        "x",
+        json!({"b": 1.0, "a": "\u{e9}", "\u{E000}": 1, "\u{1F600}": 2}),
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        p.payload,
+        "{\"a\":\"\u{e9}\",\"b\":1,\"\u{1F600}\":2,\"\u{E000}\":1}"
+    );
+    let mut mem = MemoryLog::new();
+    let env = commit_batch(&mut mem, &[p], "2026-01-01T00:00:00.000Z")
+        .remove(0)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&env).unwrap();
+    shape::check_log(&[v.clone()]).unwrap();
+    assert_eq!(
+        canonical::to_string(&v),
+        env,
+        "the stored envelope is canonical"
+    );
+}
+
+#[test]
+fn shape_check_finds_holes_and_tampering() {
+    let mut mem = MemoryLog::new();
+    let batch: Vec<_> = (0..3)
+        .map(|i| prep(req("run_s", "x", json!({"i": i}), None)).unwrap())
+        .collect();
+    let envs: Vec<serde_json::Value> = commit_batch(&mut mem, &batch, "2026-01-01T00:00:00.000Z")
+        .into_iter()
+        .map(|e| serde_json::from_str(&e.unwrap()).unwrap())
+        .collect();
+    shape::check_log(&envs).unwrap();
+    let hole = vec![envs[0].clone(), envs[2].clone()];
+    assert_eq!(
+        shape::check_log(&hole).unwrap_err().code(),
+        "EVENT_LOG_CORRUPT"
+    );
+    let mut tampered = envs.clone();
+    tampered[1]["payload"]["i"] = json!(42);
+    let err = shape::check_log(&tampered).unwrap_err();
+    assert_eq!(err.code(), "EVENT_LOG_CORRUPT");
+    assert!(err.to_string().contains("sequence 2"), "{err}");
+}

@@ -1,0 +1,14 @@
+//! The pure core of the world: no napi below this line.
+//!
+//! `canonical` and `ids` define the bytes and the names; `events` the append rules; `store` the
+//! backends those rules are written over; `world` the threads that serve one data directory.
+
+pub mod artifacts;
+pub mod canonical;
+pub mod clock;
+pub mod error;
+pub mod events;
+pub mod ids;
+pub mod runtime;
+pub mod store;
+pub mod world;

@@ -1,0 +1,206 @@
+//! The virtual world's event store: the same rows as SQLite, kept in memory.
+//!
+//! A transaction holds the store's lock from begin to commit and stages its rows, so readers only
+//! ever see committed rows, and a savepoint is a mark in the staged list.
+
+use super::{KeyedEvent, LogReader, LogTx, LogWriter, NewEvent, StoredEvent, StreamSummary};
+use crate::core::error::{Result, WorldError};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Default)]
+struct Stream {
+    rows: Vec<StoredEvent>,
+    keys: HashMap<String, usize>,
+}
+
+type Streams = BTreeMap<String, Stream>;
+
+/// A shared in-memory store; clone the handle to get another writer or reader onto it.
+#[derive(Clone, Default)]
+pub struct MemoryLog {
+    streams: Arc<Mutex<Streams>>,
+}
+
+impl MemoryLog {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Streams> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct MemoryTx<'a> {
+    streams: &'a Streams,
+    staged: Vec<StoredEvent>,
+    mark: usize,
+}
+
+impl LogTx for MemoryTx<'_> {
+    fn last_sequence(&mut self, run_id: &str) -> Result<u64> {
+        let staged = self
+            .staged
+            .iter()
+            .rev()
+            .find(|r| r.run_id == run_id)
+            .map(|r| r.sequence);
+        Ok(staged.unwrap_or_else(|| {
+            self.streams
+                .get(run_id)
+                .and_then(|s| s.rows.last())
+                .map_or(0, |r| r.sequence)
+        }))
+    }
+
+    fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
+        let keyed = |r: &StoredEvent| KeyedEvent {
+            sequence: r.sequence,
+            digest: r.digest.clone().unwrap_or_default(),
+            envelope: r.envelope.clone(),
+        };
+        if let Some(r) = self
+            .staged
+            .iter()
+            .find(|r| r.run_id == run_id && r.key.as_deref() == Some(key))
+        {
+            return Ok(Some(keyed(r)));
+        }
+        Ok(self
+            .streams
+            .get(run_id)
+            .and_then(|s| s.keys.get(key).map(|&i| keyed(&s.rows[i]))))
+    }
+
+    fn insert(&mut self, row: &NewEvent<'_>) -> Result<()> {
+        if row.sequence != self.last_sequence(row.run_id)? + 1 {
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!(
+                    "{} sequence {} would leave a hole or a duplicate",
+                    row.run_id, row.sequence
+                ),
+            });
+        }
+        self.staged.push(StoredEvent {
+            run_id: row.run_id.to_string(),
+            sequence: row.sequence,
+            event_id: row.event_id.to_string(),
+            event_type: row.event_type.to_string(),
+            key: row.key.map(str::to_string),
+            digest: row.digest.map(str::to_string),
+            recorded_at: row.recorded_at.to_string(),
+            envelope: row.envelope.to_string(),
+        });
+        Ok(())
+    }
+
+    fn savepoint(&mut self) -> Result<()> {
+        self.mark = self.staged.len();
+        Ok(())
+    }
+
+    fn release(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn rollback_to(&mut self) -> Result<()> {
+        self.staged.truncate(self.mark);
+        Ok(())
+    }
+}
+
+impl LogWriter for MemoryLog {
+    fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+        let mut streams = self.lock();
+        let mut tx = MemoryTx {
+            streams: &streams,
+            staged: Vec::new(),
+            mark: 0,
+        };
+        body(&mut tx)?;
+        let staged = tx.staged;
+        for row in staged {
+            let stream = streams.entry(row.run_id.clone()).or_default();
+            if let Some(k) = &row.key {
+                stream.keys.insert(k.clone(), stream.rows.len());
+            }
+            stream.rows.push(row);
+        }
+        Ok(())
+    }
+}
+
+impl LogReader for MemoryLog {
+    fn envelopes(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<()> {
+        let streams = self.lock();
+        let Some(stream) = streams.get(run_id) else {
+            return Ok(());
+        };
+        let start = (after.min(stream.rows.len() as u64)) as usize;
+        let take = limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize);
+        for row in stream.rows[start..].iter().take(take) {
+            sink(&row.envelope)?;
+        }
+        Ok(())
+    }
+
+    fn rows(
+        &self,
+        run_id: &str,
+        after: u64,
+        sink: &mut dyn FnMut(StoredEvent) -> Result<()>,
+    ) -> Result<()> {
+        let streams = self.lock();
+        let Some(stream) = streams.get(run_id) else {
+            return Ok(());
+        };
+        let start = (after.min(stream.rows.len() as u64)) as usize;
+        for row in &stream.rows[start..] {
+            sink(row.clone())?;
+        }
+        Ok(())
+    }
+
+    fn streams(&self) -> Result<Vec<StreamSummary>> {
+        let streams = self.lock();
+        Ok(streams
+            .iter()
+            .filter(|(_, s)| !s.rows.is_empty())
+            .map(|(id, s)| StreamSummary {
+                run_id: id.clone(),
+                event_count: s.rows.len() as u64,
+                last_sequence: s.rows.last().map_or(0, |r| r.sequence),
+                first_recorded_at: s
+                    .rows
+                    .iter()
+                    .map(|r| r.recorded_at.as_str())
+                    .min()
+                    .unwrap_or("")
+                    .to_string(),
+                last_recorded_at: s
+                    .rows
+                    .iter()
+                    .map(|r| r.recorded_at.as_str())
+                    .max()
+                    .unwrap_or("")
+                    .to_string(),
+            })
+            .collect())
+    }
+
+    fn last_sequence(&self, run_id: &str) -> Result<u64> {
+        Ok(self
+            .lock()
+            .get(run_id)
+            .and_then(|s| s.rows.last())
+            .map_or(0, |r| r.sequence))
+    }
+}

@@ -1,0 +1,104 @@
+//! Where events are kept: the backend trait and its implementations.
+//!
+//! A backend stores rows and answers a handful of questions inside a write transaction (the last
+//! sequence of a run, the row holding an idempotency key). It makes no decisions: the append rules
+//! (validation, canonical form, ids, idempotency, density) live in [`crate::core::events`] and are
+//! written once over these traits. `sqlite` is the local world, `memory` the virtual one; a
+//! PostgreSQL backend would be a third.
+
+pub mod memory;
+pub mod schema;
+pub mod sqlite;
+
+use crate::core::error::Result;
+
+/// A row about to be inserted.
+#[derive(Debug, Clone, Copy)]
+pub struct NewEvent<'a> {
+    pub run_id: &'a str,
+    pub sequence: u64,
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub key: Option<&'a str>,
+    pub digest: Option<&'a str>,
+    pub recorded_at: &'a str,
+    /// The envelope's canonical JSON, returned as is by listings.
+    pub envelope: &'a str,
+}
+
+/// A stored row found by its idempotency key.
+#[derive(Debug, Clone)]
+pub struct KeyedEvent {
+    pub sequence: u64,
+    pub digest: String,
+    pub envelope: String,
+}
+
+/// A stored row, as verification reads it.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub run_id: String,
+    pub sequence: u64,
+    pub event_id: String,
+    pub event_type: String,
+    pub key: Option<String>,
+    pub digest: Option<String>,
+    pub recorded_at: String,
+    pub envelope: String,
+}
+
+/// One stream (run or session) in the store.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamSummary {
+    pub run_id: String,
+    pub event_count: u64,
+    pub last_sequence: u64,
+    pub first_recorded_at: String,
+    pub last_recorded_at: String,
+}
+
+/// The operations an append needs inside one write transaction.
+pub trait LogTx {
+    /// The highest committed-or-pending sequence of `run_id`, 0 when it has none.
+    fn last_sequence(&mut self, run_id: &str) -> Result<u64>;
+    /// The row of `run_id` holding `key`, if any (pending rows of this transaction included).
+    fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>>;
+    /// Insert a row. Fails, changing nothing, if `(run_id, sequence)` or `(run_id, key)` exists.
+    fn insert(&mut self, row: &NewEvent<'_>) -> Result<()>;
+    /// Open a savepoint for one append.
+    fn savepoint(&mut self) -> Result<()>;
+    /// Keep what the append since the savepoint wrote.
+    fn release(&mut self) -> Result<()>;
+    /// Undo what the append since the savepoint wrote.
+    fn rollback_to(&mut self) -> Result<()>;
+}
+
+/// The write side of a backend, owned by the world's single writer thread.
+pub trait LogWriter: Send {
+    /// Run `body` inside one write transaction and commit it; roll back if it fails.
+    fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()>;
+}
+
+/// The read side of a backend, shared by reader threads.
+pub trait LogReader: Send + Sync {
+    /// Call `sink` with each envelope of `run_id` after `after`, in sequence order, at most `limit`.
+    fn envelopes(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<()>;
+    /// Call `sink` with each full row of `run_id` after `after`, in sequence order.
+    fn rows(
+        &self,
+        run_id: &str,
+        after: u64,
+        sink: &mut dyn FnMut(StoredEvent) -> Result<()>,
+    ) -> Result<()>;
+    /// Every stream in the store, ordered by id.
+    fn streams(&self) -> Result<Vec<StreamSummary>>;
+    /// The highest committed sequence of `run_id`, 0 when it has none.
+    fn last_sequence(&self, run_id: &str) -> Result<u64>;
+}

@@ -1,0 +1,134 @@
+//! The SQLite schema, its version in `PRAGMA user_version`, and the migrations between versions.
+//!
+//! Each migration step runs in its own `IMMEDIATE` transaction and re-reads the version inside it,
+//! so two processes opening a fresh data directory at once migrate it exactly once. A database is
+//! recognised as a world by `PRAGMA application_id`; a foreign or newer database is refused with
+//! a clear error instead of being written to.
+
+use crate::core::error::{Result, WorldError};
+use rusqlite::{Connection, TransactionBehavior};
+
+/// `application_id` of a world's `events.db` ("LWWD").
+pub const APPLICATION_ID: i32 = 0x4C57_5744;
+
+/// The steps from version N to N+1; the schema version is their count.
+const MIGRATIONS: &[&str] = &[
+    // 1: the event log.
+    "CREATE TABLE events (
+        run_id          TEXT    NOT NULL,
+        sequence        INTEGER NOT NULL CHECK (sequence >= 1),
+        event_id        TEXT    NOT NULL,
+        type            TEXT    NOT NULL,
+        idempotency_key TEXT,
+        request_digest  TEXT,
+        recorded_at     TEXT    NOT NULL,
+        envelope        TEXT    NOT NULL,
+        UNIQUE (run_id, sequence)
+    );
+    CREATE UNIQUE INDEX events_idempotency
+        ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL;",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+fn pragma_i32(conn: &Connection, name: &str) -> Result<i32> {
+    conn.pragma_query_value(None, name, |r| r.get(0))
+        .map_err(|e| WorldError::sqlite(format!("reading PRAGMA {name}"), e))
+}
+
+/// Check that `conn` is a world, or an empty database, that this build can open; returns its
+/// schema version. Reads only, so a foreign database is never touched.
+pub fn check(conn: &Connection, db_path: &str) -> Result<i32> {
+    let app_id = pragma_i32(conn, "application_id")?;
+    let version = pragma_i32(conn, "user_version")?;
+    if app_id != 0 && app_id != APPLICATION_ID {
+        return Err(WorldError::Path {
+            message: format!(
+                "{db_path} is not a little-workflow world (application_id {app_id:#x})"
+            ),
+        });
+    }
+    if app_id == 0 {
+        let tables: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| WorldError::sqlite("reading the schema", e))?;
+        if tables > 0 && version == 0 {
+            return Err(WorldError::Path {
+                message: format!("{db_path} is a SQLite database of another application, not a little-workflow world"),
+            });
+        }
+    }
+    if version > SCHEMA_VERSION {
+        return Err(WorldError::Path {
+            message: format!(
+                "{db_path} has schema version {version}, newer than this build's {SCHEMA_VERSION}: upgrade @little-workflow/world"
+            ),
+        });
+    }
+    Ok(version)
+}
+
+/// Check that `conn` is a world (or empty) and bring its schema up to [`SCHEMA_VERSION`].
+pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
+    let version = check(conn, db_path)?;
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        let target = step as i32 + 1;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| WorldError::sqlite("starting a migration", e))?;
+        let current: i32 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| WorldError::sqlite("reading PRAGMA user_version", e))?;
+        if current >= target {
+            continue; // another process migrated meanwhile; the transaction rolls back on drop
+        }
+        tx.execute_batch(sql)
+            .map_err(|e| WorldError::sqlite(format!("migrating to schema {target}"), e))?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .and_then(|_| tx.pragma_update(None, "user_version", target))
+            .map_err(|e| WorldError::sqlite("recording the schema version", e))?;
+        tx.commit()
+            .map_err(|e| WorldError::sqlite(format!("committing schema {target}"), e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_a_fresh_database_once() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn, ":memory:").unwrap();
+        assert_eq!(pragma_i32(&conn, "user_version").unwrap(), SCHEMA_VERSION);
+        assert_eq!(pragma_i32(&conn, "application_id").unwrap(), APPLICATION_ID);
+        migrate(&mut conn, ":memory:").unwrap();
+        assert_eq!(pragma_i32(&conn, "user_version").unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn refuses_foreign_and_newer_databases() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE accounts (id INTEGER)")
+            .unwrap();
+        assert_eq!(migrate(&mut conn, "x").unwrap_err().code(), "WORLD_PATH");
+
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "application_id", 42).unwrap();
+        assert_eq!(migrate(&mut conn, "x").unwrap_err().code(), "WORLD_PATH");
+
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn, "x").unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let err = migrate(&mut conn, "x").unwrap_err();
+        assert_eq!(err.code(), "WORLD_PATH");
+        assert!(err.to_string().contains("newer"));
+    }
+}

@@ -1,0 +1,333 @@
+//! The local world's event store: bundled SQLite in WAL mode at `<dataDir>/events/events.db`.
+//!
+//! One writer connection, owned by the world's writer thread, takes `BEGIN IMMEDIATE` for each
+//! group of appends, so the sequence it reads with `MAX(sequence)` cannot change under it, even
+//! with another process appending to the same file. Readers take connections of their own from a
+//! small pool; in WAL mode they never wait for the writer.
+
+use super::schema;
+use super::{KeyedEvent, LogReader, LogTx, LogWriter, NewEvent, StoredEvent, StreamSummary};
+use crate::core::error::{Result, WorldError};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How durable a commit is when its append resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=FULL`: the WAL is fsynced at every commit (one fsync per group of appends).
+    Full,
+    /// `synchronous=NORMAL`: survives a process crash; the last commits may be lost on power loss.
+    Normal,
+}
+
+/// How long a connection waits for another process's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Open (creating if needed) the event store of `data_dir`.
+pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, SqliteReader)> {
+    let dir = data_dir.join("events");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| WorldError::io("creating the events directory", Some(dir.clone()), e))?;
+    let path = dir.join("events.db");
+    let mut conn = connect(&path)?;
+    let shown = path.display().to_string();
+    schema::check(&conn, &shown)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(|e| WorldError::sqlite("enabling WAL", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(WorldError::Path {
+            message: format!("{shown}: cannot use WAL mode (journal_mode is {mode})"),
+        });
+    }
+    let sync = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(|e| WorldError::sqlite("setting synchronous", e))?;
+    schema::migrate(&mut conn, &shown)?;
+    let reader = SqliteReader {
+        path: path.clone(),
+        pool: Mutex::new(Vec::new()),
+    };
+    Ok((SqliteWriter { conn }, reader))
+}
+
+fn connect(path: &Path) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| WorldError::sqlite(format!("opening {}", path.display()), e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| WorldError::sqlite("setting busy_timeout", e))?;
+    Ok(conn)
+}
+
+/// The writer's connection.
+pub struct SqliteWriter {
+    conn: Connection,
+}
+
+impl LogWriter for SqliteWriter {
+    fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| WorldError::sqlite("beginning a write transaction", e))?;
+        let mut tx = SqliteTx { conn: &self.conn };
+        match body(&mut tx) {
+            Ok(()) => match self.conn.execute_batch("COMMIT") {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                    Err(WorldError::sqlite("committing appends", e))
+                }
+            },
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+}
+
+struct SqliteTx<'c> {
+    conn: &'c Connection,
+}
+
+impl SqliteTx<'_> {
+    fn exec(&self, sql: &str, what: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(|_| ())
+            .map_err(|e| WorldError::sqlite(what.to_string(), e))
+    }
+}
+
+impl LogTx for SqliteTx<'_> {
+    fn last_sequence(&mut self, run_id: &str) -> Result<u64> {
+        last_sequence(self.conn, run_id)
+    }
+
+    fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
+        self.conn
+            .prepare_cached(
+                "SELECT sequence, request_digest, envelope FROM events WHERE run_id = ?1 AND idempotency_key = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![run_id, key], |r| {
+                    Ok(KeyedEvent {
+                        sequence: r.get::<_, i64>(0)? as u64,
+                        digest: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        envelope: r.get(2)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| WorldError::sqlite("looking up an idempotency key", e))
+    }
+
+    fn insert(&mut self, row: &NewEvent<'_>) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO events (run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row.run_id,
+                    row.sequence as i64,
+                    row.event_id,
+                    row.event_type,
+                    row.key,
+                    row.digest,
+                    row.recorded_at,
+                    row.envelope
+                ])
+            })
+            .map(|_| ())
+            .map_err(|e| match &e {
+                rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+                    WorldError::RuntimeIntegrity {
+                        reason: format!(
+                            "{} sequence {} is already taken: a writer bypassed the write lock ({e})",
+                            row.run_id, row.sequence
+                        ),
+                    }
+                }
+                _ => WorldError::sqlite("inserting an event", e),
+            })
+    }
+
+    fn savepoint(&mut self) -> Result<()> {
+        self.exec("SAVEPOINT append", "opening a savepoint")
+    }
+
+    fn release(&mut self) -> Result<()> {
+        self.exec("RELEASE append", "releasing a savepoint")
+    }
+
+    fn rollback_to(&mut self) -> Result<()> {
+        self.exec("ROLLBACK TO append", "rolling back a savepoint")?;
+        self.exec("RELEASE append", "releasing a savepoint")
+    }
+}
+
+fn last_sequence(conn: &Connection, run_id: &str) -> Result<u64> {
+    conn.prepare_cached("SELECT MAX(sequence) FROM events WHERE run_id = ?1")
+        .and_then(|mut s| s.query_row([run_id], |r| r.get::<_, Option<i64>>(0)))
+        .map(|v| v.unwrap_or(0) as u64)
+        .map_err(|e| WorldError::sqlite("reading the last sequence", e))
+}
+
+/// Read connections, pooled.
+pub struct SqliteReader {
+    path: PathBuf,
+    pool: Mutex<Vec<Connection>>,
+}
+
+impl SqliteReader {
+    fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let pooled = self.pool.lock().expect("reader pool").pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => {
+                let c = connect(&self.path)?;
+                c.pragma_update(None, "query_only", true)
+                    .map_err(|e| WorldError::sqlite("opening a reader", e))?;
+                c
+            }
+        };
+        let out = f(&conn);
+        self.pool.lock().expect("reader pool").push(conn);
+        out
+    }
+}
+
+impl LogReader for SqliteReader {
+    fn envelopes(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<()> {
+        self.with_conn(|conn| {
+            let limit = limit.map(|l| l.min(i64::MAX as u64) as i64).unwrap_or(-1);
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT envelope FROM events WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
+                )
+                .map_err(|e| WorldError::sqlite("listing events", e))?;
+            let mut rows = stmt
+                .query(params![run_id, after.min(i64::MAX as u64) as i64, limit])
+                .map_err(|e| WorldError::sqlite("listing events", e))?;
+            while let Some(row) = rows.next().map_err(|e| WorldError::sqlite("listing events", e))? {
+                let text = row
+                    .get_ref(0)
+                    .and_then(|v| v.as_str().map_err(Into::into))
+                    .map_err(|e| WorldError::sqlite("reading an envelope", e))?;
+                sink(text)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn rows(
+        &self,
+        run_id: &str,
+        after: u64,
+        sink: &mut dyn FnMut(StoredEvent) -> Result<()>,
+    ) -> Result<()> {
+        self.with_conn(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope
+                     FROM events WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence",
+                )
+                .map_err(|e| WorldError::sqlite("reading events", e))?;
+            let mut rows = stmt
+                .query(params![run_id, after.min(i64::MAX as u64) as i64])
+                .map_err(|e| WorldError::sqlite("reading events", e))?;
+            while let Some(r) = rows.next().map_err(|e| WorldError::sqlite("reading events", e))? {
+                let row = (|| {
+                    Ok::<_, rusqlite::Error>(StoredEvent {
+                        run_id: r.get(0)?,
+                        sequence: r.get::<_, i64>(1)? as u64,
+                        event_id: r.get(2)?,
+                        event_type: r.get(3)?,
+                        key: r.get(4)?,
+                        digest: r.get(5)?,
+                        recorded_at: r.get(6)?,
+                        envelope: r.get(7)?,
+                    })
+                })()
+                .map_err(|e| WorldError::sqlite("reading an event row", e))?;
+                sink(row)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn streams(&self) -> Result<Vec<StreamSummary>> {
+        self.with_conn(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT run_id, count(*), max(sequence), min(recorded_at), max(recorded_at)
+                     FROM events GROUP BY run_id ORDER BY run_id",
+                )
+                .map_err(|e| WorldError::sqlite("listing runs", e))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(StreamSummary {
+                        run_id: r.get(0)?,
+                        event_count: r.get::<_, i64>(1)? as u64,
+                        last_sequence: r.get::<_, i64>(2)? as u64,
+                        first_recorded_at: r.get(3)?,
+                        last_recorded_at: r.get(4)?,
+                    })
+                })
+                .map_err(|e| WorldError::sqlite("listing runs", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| WorldError::sqlite("listing runs", e))
+        })
+    }
+
+    fn last_sequence(&self, run_id: &str) -> Result<u64> {
+        self.with_conn(|conn| last_sequence(conn, run_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("events")).unwrap();
+        std::fs::write(dir.path().join("events/events.db"), vec![0x42u8; 8192]).unwrap();
+        let err = open(dir.path(), Durability::Full).err().unwrap();
+        assert_eq!(err.code(), "EVENT_LOG_CORRUPT", "{err}");
+    }
+
+    #[test]
+    fn a_foreign_database_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("events")).unwrap();
+        let path = dir.path().join("events/events.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE customers (id INTEGER); INSERT INTO customers VALUES (1);")
+            .unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let err = open(dir.path(), Durability::Normal).err().unwrap();
+        assert_eq!(err.code(), "WORLD_PATH", "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert!(!dir.path().join("events/events.db-wal").exists());
+    }
+}

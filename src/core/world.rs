@@ -1,0 +1,363 @@
+//! A world: one data directory (or one in-memory store) and the threads that serve it.
+//!
+//! Appends flow one way through two threads of the world's own, each fed by a FIFO channel:
+//!
+//! ```text
+//! caller ──► prep thread ──────────────► writer thread ──────────────► Completer
+//!            parse, validate, canonical    BEGIN IMMEDIATE; per append:
+//!            form, artifact references     SAVEPOINT, sequence, id, INSERT;
+//!                                          COMMIT; complete the whole group
+//! ```
+//!
+//! The writer drains everything queued into one transaction (group commit), so under load one
+//! fsync covers many appends. Order is kept end to end: appends to a run commit in call order.
+//! Reads go to the shared [`Pool`] with their own connections and never wait for the writer.
+
+use crate::core::artifacts::ArtifactStore;
+use crate::core::clock;
+use crate::core::error::{Result, WorldError};
+use crate::core::events::{self, AppendRequest, PreparedAppend};
+use crate::core::ids;
+use crate::core::runtime::{panic_message, Completer, Output, Pool, Ticket, THREAD_STACK};
+use crate::core::store::memory::MemoryLog;
+use crate::core::store::sqlite::{self, Durability};
+use crate::core::store::{LogReader, LogWriter};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Most appends committed in one transaction.
+pub const MAX_GROUP: usize = 4096;
+
+/// Which kind of world this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorldKind {
+    Local,
+    Virtual,
+}
+
+impl WorldKind {
+    /// `"local"` or `"virtual"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldKind::Local => "local",
+            WorldKind::Virtual => "virtual",
+        }
+    }
+}
+
+enum PrepMsg {
+    Append(Ticket, AppendRequest),
+    Close(Ticket),
+}
+
+enum WriteMsg {
+    Append(Ticket, PreparedAppend),
+    Close(Ticket),
+}
+
+/// A handle on an open world. Cheap to clone; the world's threads stop after [`World::close`] or
+/// when the last handle is dropped.
+#[derive(Clone)]
+pub struct World {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    kind: WorldKind,
+    data_dir: Option<PathBuf>,
+    closed: AtomicBool,
+    submit: Mutex<Option<Sender<PrepMsg>>>,
+    reader: Arc<dyn LogReader>,
+    artifacts: Arc<ArtifactStore>,
+    completer: Arc<dyn Completer>,
+}
+
+impl World {
+    /// Open (creating if needed) the local world at `data_dir`.
+    pub fn open_local(
+        data_dir: &Path,
+        durability: Durability,
+        completer: Arc<dyn Completer>,
+    ) -> Result<World> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            WorldError::io(
+                "creating the data directory",
+                Some(data_dir.to_path_buf()),
+                e,
+            )
+        })?;
+        let data_dir = data_dir.canonicalize().map_err(|e| {
+            WorldError::io(
+                "resolving the data directory",
+                Some(data_dir.to_path_buf()),
+                e,
+            )
+        })?;
+        if !data_dir.is_dir() {
+            return Err(WorldError::Path {
+                message: format!("{} is not a directory", data_dir.display()),
+            });
+        }
+        let (writer, reader) = sqlite::open(&data_dir, durability)?;
+        let artifacts = Arc::new(ArtifactStore::local(&data_dir)?);
+        Ok(Self::start(
+            WorldKind::Local,
+            Some(data_dir),
+            Box::new(writer),
+            Arc::new(reader),
+            artifacts,
+            completer,
+        ))
+    }
+
+    /// Open a fresh in-memory world.
+    pub fn open_virtual(completer: Arc<dyn Completer>) -> World {
+        let log = MemoryLog::new();
+        let artifacts = Arc::new(ArtifactStore::memory());
+        Self::start(
+            WorldKind::Virtual,
+            None,
+            Box::new(log.clone()),
+            Arc::new(log),
+            artifacts,
+            completer,
+        )
+    }
+
+    fn start(
+        kind: WorldKind,
+        data_dir: Option<PathBuf>,
+        writer: Box<dyn LogWriter>,
+        reader: Arc<dyn LogReader>,
+        artifacts: Arc<ArtifactStore>,
+        completer: Arc<dyn Completer>,
+    ) -> World {
+        let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
+        let (write_tx, write_rx) = unbounded::<WriteMsg>();
+        {
+            let completer = completer.clone();
+            let artifacts = artifacts.clone();
+            spawn("little-world-prep", move || {
+                prep_loop(prep_rx, write_tx, &*artifacts, &*completer)
+            });
+        }
+        {
+            let completer = completer.clone();
+            spawn("little-world-writer", move || {
+                writer_loop(write_rx, writer, &*completer)
+            });
+        }
+        World {
+            inner: Arc::new(Inner {
+                kind,
+                data_dir,
+                closed: AtomicBool::new(false),
+                submit: Mutex::new(Some(prep_tx)),
+                reader,
+                artifacts,
+                completer,
+            }),
+        }
+    }
+
+    /// `local` or `virtual`.
+    pub fn kind(&self) -> WorldKind {
+        self.inner.kind
+    }
+
+    /// The resolved data directory of a local world.
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.inner.data_dir.as_deref()
+    }
+
+    /// The world's artifact store.
+    pub fn artifacts(&self) -> &Arc<ArtifactStore> {
+        &self.inner.artifacts
+    }
+
+    /// The world's reader.
+    pub fn reader(&self) -> &Arc<dyn LogReader> {
+        &self.inner.reader
+    }
+
+    /// Whether `close` has been called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(WorldError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Queue an append. Errors that need no I/O (a closed world, a malformed run id) return at
+    /// once; everything else arrives through the completer under `ticket` with the envelope's
+    /// canonical JSON.
+    pub fn append(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
+        self.ensure_open()?;
+        ids::check_run_id(&req.run_id)?;
+        let guard = self.inner.submit.lock().expect("submit lock");
+        match guard.as_ref() {
+            Some(tx) if tx.send(PrepMsg::Append(ticket, req)).is_ok() => Ok(()),
+            _ => Err(WorldError::Closed),
+        }
+    }
+
+    /// Committed envelopes of `run_id` after `after` (at most `limit`), as one JSON array text.
+    pub fn list(
+        &self,
+        ticket: Ticket,
+        run_id: String,
+        after: u64,
+        limit: Option<u64>,
+    ) -> Result<()> {
+        self.ensure_open()?;
+        ids::check_stream_id(&run_id)?;
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            list_json(&*reader, &run_id, after, limit).map(Output::Json)
+        })
+    }
+
+    /// Run `work` on the pool, completing `ticket` with its result.
+    pub fn run(
+        &self,
+        ticket: Ticket,
+        work: impl FnOnce() -> Result<Output> + Send + 'static,
+    ) -> Result<()> {
+        self.ensure_open()?;
+        Pool::global().run(self.inner.completer.clone(), ticket, work);
+        Ok(())
+    }
+
+    /// Stop accepting work; `ticket` completes once every queued append has committed.
+    pub fn close(&self, ticket: Ticket) -> Result<()> {
+        let sender = self.inner.submit.lock().expect("submit lock").take();
+        self.inner.closed.store(true, Ordering::Release);
+        match sender {
+            Some(tx) if tx.send(PrepMsg::Close(ticket)).is_ok() => {}
+            _ => self
+                .inner
+                .completer
+                .complete(vec![(ticket, Ok(Output::Unit))]),
+        }
+        Ok(())
+    }
+}
+
+/// The envelopes of a run as one JSON array text, concatenated from the stored canonical rows.
+pub fn list_json(
+    reader: &dyn LogReader,
+    run_id: &str,
+    after: u64,
+    limit: Option<u64>,
+) -> Result<String> {
+    let mut out = String::with_capacity(4096);
+    out.push('[');
+    let mut first = true;
+    reader.envelopes(run_id, after, limit, &mut |env| {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(env);
+        Ok(())
+    })?;
+    out.push(']');
+    Ok(out)
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .stack_size(THREAD_STACK)
+        .spawn(f)
+        .expect("spawning a world thread");
+}
+
+fn prep_loop(
+    rx: Receiver<PrepMsg>,
+    tx: Sender<WriteMsg>,
+    artifacts: &ArtifactStore,
+    completer: &dyn Completer,
+) {
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            PrepMsg::Append(ticket, req) => {
+                let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    events::prepare(req, artifacts)
+                }))
+                .unwrap_or_else(|p| Err(internal(&*p)));
+                match prepared {
+                    Ok(p) => {
+                        let _ = tx.send(WriteMsg::Append(ticket, p));
+                    }
+                    Err(e) => completer.complete(vec![(ticket, Err(e))]),
+                }
+            }
+            PrepMsg::Close(ticket) => {
+                let _ = tx.send(WriteMsg::Close(ticket));
+                return;
+            }
+        }
+    }
+}
+
+fn writer_loop(rx: Receiver<WriteMsg>, mut writer: Box<dyn LogWriter>, completer: &dyn Completer) {
+    let mut tickets: Vec<Ticket> = Vec::new();
+    let mut batch: Vec<PreparedAppend> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let mut close = None;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                WriteMsg::Append(t, p) => {
+                    tickets.push(t);
+                    batch.push(p);
+                }
+                WriteMsg::Close(t) => {
+                    close = Some(t);
+                    break;
+                }
+            }
+            if batch.len() < MAX_GROUP {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            let recorded_at = clock::now_iso();
+            let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                events::commit_batch(&mut *writer, &batch, &recorded_at)
+            }))
+            .unwrap_or_else(|p| {
+                let e = internal(&*p);
+                batch.iter().map(|_| Err(e.clone())).collect()
+            });
+            let done = tickets
+                .drain(..)
+                .zip(outcomes.into_iter().map(|o| o.map(Output::Json)))
+                .collect();
+            batch.clear();
+            completer.complete(done);
+        }
+        if let Some(t) = close {
+            drop(writer);
+            completer.complete(vec![(t, Ok(Output::Unit))]);
+            return;
+        }
+    }
+}
+
+fn internal(p: &(dyn std::any::Any + Send)) -> WorldError {
+    WorldError::RuntimeIntegrity {
+        reason: format!("internal error: {}", panic_message(p)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+use super::*;
+use crossbeam_channel::{unbounded, Receiver};
+use serde_json::Value;
+
+/// A completer that hands results to the test over a channel.
+struct ChannelCompleter(Sender<(Ticket, Result<Output>)>);
+
+impl Completer for ChannelCompleter {
+    fn complete(&self, done: Vec<(Ticket, Result<Output>)>) {
+        for d in done {
+            let _ = self.0.send(d);
+        }
+    }
+}
+
+fn channel() -> (Arc<dyn Completer>, Receiver<(Ticket, Result<Output>)>) {
+    let (tx, rx) = unbounded();
+    (Arc::new(ChannelCompleter(tx)), rx)
+}
+
+fn json_of(out: Result<Output>) -> Value {
+    match out.unwrap() {
+        Output::Json(s) => serde_json::from_str(&s).unwrap(),
+        other => panic!("expected JSON, got {other:?}"),
+    }
+}
+
+fn append(run: &str, i: usize) -> AppendRequest {
+    AppendRequest {
+        run_id: run.into(),
+        event_type: "StepStarted".into(),
+        payload_json: format!("{{\"stepPath\":\"s{i}\"}}"),
+        key: None,
+    }
+}
+
+fn wait_all(rx: &Receiver<(Ticket, Result<Output>)>, n: usize) -> Vec<(Ticket, Result<Output>)> {
+    (0..n)
+        .map(|_| {
+            rx.recv_timeout(std::time::Duration::from_secs(30))
+                .expect("completion")
+        })
+        .collect()
+}
+
+#[test]
+fn appends_commit_in_call_order_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Full, c).unwrap();
+    for i in 0..500 {
+        world
+            .append(
+                i as u64,
+                append(if i % 3 == 0 { "run_x" } else { "run_y" }, i),
+            )
+            .unwrap();
+    }
+    world.close(9999).unwrap();
+    let done = wait_all(&rx, 501);
+    let mut by_ticket: Vec<_> = done.into_iter().filter(|(t, _)| *t != 9999).collect();
+    by_ticket.sort_by_key(|(t, _)| *t);
+    let mut last = std::collections::HashMap::new();
+    for (t, out) in by_ticket {
+        let env = json_of(out);
+        let run = env["runId"].as_str().unwrap().to_string();
+        let seq = env["sequence"].as_u64().unwrap();
+        let prev = last.insert(run, seq).unwrap_or(0);
+        assert_eq!(seq, prev + 1, "ticket {t}: call order is sequence order");
+    }
+    assert!(world.append(1, append("run_x", 0)).unwrap_err().code() == "WORLD_CLOSED");
+
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Normal, c).unwrap();
+    world.list(1, "run_x".into(), 0, None).unwrap();
+    let list = json_of(wait_all(&rx, 1).remove(0).1);
+    let events = list.as_array().unwrap();
+    assert_eq!(events.len(), 167);
+    events::shape::check_log(events).unwrap();
+    world.list(2, "run_x".into(), 160, Some(3)).unwrap();
+    let page = json_of(wait_all(&rx, 1).remove(0).1);
+    let seqs: Vec<u64> = page
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![161, 162, 163]);
+}
+
+#[test]
+fn two_worlds_on_one_directory_stay_dense() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c1, rx1) = channel();
+    let (c2, rx2) = channel();
+    let a = World::open_local(dir.path(), Durability::Normal, c1).unwrap();
+    let b = World::open_local(dir.path(), Durability::Normal, c2).unwrap();
+    let ta = std::thread::spawn(move || {
+        for i in 0..400 {
+            a.append(i, append("run_shared", i as usize)).unwrap();
+        }
+        a
+    });
+    for i in 0..400 {
+        b.append(i, append("run_shared", i as usize)).unwrap();
+    }
+    let a = ta.join().unwrap();
+    assert!(wait_all(&rx1, 400).into_iter().all(|(_, o)| o.is_ok()));
+    assert!(wait_all(&rx2, 400).into_iter().all(|(_, o)| o.is_ok()));
+    a.list(1, "run_shared".into(), 0, None).unwrap();
+    let list = json_of(wait_all(&rx1, 1).remove(0).1);
+    assert_eq!(list.as_array().unwrap().len(), 800);
+    events::shape::check_log(list.as_array().unwrap()).unwrap();
+    drop(b);
+}
+
+#[test]
+fn virtual_world_keeps_the_same_rules() {
+    let (c, rx) = channel();
+    let world = World::open_virtual(c);
+    world.append(1, append("run_v", 1)).unwrap();
+    world
+        .append(
+            2,
+            AppendRequest {
+                run_id: "run_v".into(),
+                event_type: "StepStarted".into(),
+                payload_json: "{}".into(),
+                key: None,
+            },
+        )
+        .unwrap();
+    world.append(3, append("run_v", 3)).unwrap();
+    let mut done = wait_all(&rx, 3);
+    done.sort_by_key(|(t, _)| *t);
+    assert_eq!(json_of(done.remove(0).1)["sequence"], 1);
+    assert_eq!(done.remove(0).1.unwrap_err().code(), "EVENT_VALIDATION");
+    assert_eq!(json_of(done.remove(0).1)["sequence"], 2);
+    assert_eq!(
+        world.append(4, append("bad id", 0)).unwrap_err().code(),
+        "WORLD_PATH"
+    );
+}

@@ -1,0 +1,9 @@
+//! `@little-workflow/world`: the durable storage layer of a TypeScript workflow runtime.
+//!
+//! [`core`] holds every rule and all storage, with no napi anywhere in it; [`napi`] only converts
+//! values and wraps core calls for JavaScript.
+
+#![deny(clippy::all)]
+
+pub mod core;
+mod napi;

@@ -1,0 +1,232 @@
+//! Promises that the core's threads settle, a whole group at a time.
+//!
+//! Each world owns one N-API threadsafe function. A pending operation is a raw `napi_deferred`
+//! whose address is the core's [`Ticket`]; when the core completes a group (a group commit is one
+//! call), the group crosses to the JavaScript thread in a single threadsafe call, where every
+//! promise in it is resolved or rejected. No libuv pool thread is involved and none waits.
+//!
+//! The threadsafe function is referenced only while operations are in flight, so an idle world
+//! never keeps the process alive, and a pending append always does.
+
+use crate::core::error::WorldError;
+use crate::core::runtime::{Completer, Output, Ticket};
+use napi::sys;
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// State shared with the JavaScript-thread callback; freed when the threadsafe function finalizes.
+struct Shared {
+    tsfn: sys::napi_threadsafe_function,
+    /// Operations started and not yet settled (touched on the JavaScript thread only).
+    in_flight: AtomicUsize,
+}
+
+/// The core's view of a world's promises.
+pub struct JsCompleter {
+    shared: *mut Shared,
+}
+
+// SAFETY: the threadsafe function may be called and released from any thread; `Shared` is only
+// read through it on the JavaScript thread, and freed by the finalizer after the last call.
+unsafe impl Send for JsCompleter {}
+unsafe impl Sync for JsCompleter {}
+
+type Batch = Vec<(Ticket, crate::core::error::Result<Output>)>;
+
+macro_rules! check {
+    ($e:expr, $what:expr) => {{
+        let status = unsafe { $e };
+        if status != sys::Status::napi_ok {
+            return Err(napi::Error::from_reason(format!(
+                "{} failed (napi status {status})",
+                $what
+            )));
+        }
+    }};
+}
+
+impl JsCompleter {
+    /// Create the completer of one world. Must run on the JavaScript thread.
+    pub fn new(env: sys::napi_env) -> napi::Result<JsCompleter> {
+        let shared = Box::into_raw(Box::new(Shared {
+            tsfn: ptr::null_mut(),
+            in_flight: AtomicUsize::new(0),
+        }));
+        let mut name = ptr::null_mut();
+        let label = "little-workflow-world";
+        check!(
+            sys::napi_create_string_utf8(
+                env,
+                label.as_ptr().cast(),
+                label.len() as isize,
+                &mut name
+            ),
+            "naming the completion channel"
+        );
+        let mut tsfn = ptr::null_mut();
+        check!(
+            sys::napi_create_threadsafe_function(
+                env,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                name,
+                0,
+                1,
+                shared.cast(),
+                Some(finalize),
+                shared.cast(),
+                Some(call_js),
+                &mut tsfn,
+            ),
+            "creating the completion channel"
+        );
+        unsafe { (*shared).tsfn = tsfn };
+        check!(
+            sys::napi_unref_threadsafe_function(env, tsfn),
+            "unreferencing the completion channel"
+        );
+        Ok(JsCompleter { shared })
+    }
+
+    /// Create a promise for a new operation; returns its ticket and the promise.
+    pub fn begin(&self, env: sys::napi_env) -> napi::Result<(Ticket, sys::napi_value)> {
+        let mut deferred = ptr::null_mut();
+        let mut promise = ptr::null_mut();
+        check!(
+            sys::napi_create_promise(env, &mut deferred, &mut promise),
+            "creating a promise"
+        );
+        let shared = unsafe { &*self.shared };
+        if shared.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            check!(
+                sys::napi_ref_threadsafe_function(env, shared.tsfn),
+                "referencing the completion channel"
+            );
+        }
+        Ok((deferred as usize as Ticket, promise))
+    }
+
+    /// Settle a ticket right away on the JavaScript thread (an error found before any work).
+    pub fn settle_now(
+        &self,
+        env: sys::napi_env,
+        ticket: Ticket,
+        result: crate::core::error::Result<Output>,
+    ) {
+        unsafe { settle_batch(env, &*self.shared, vec![(ticket, result)]) };
+    }
+}
+
+impl Completer for JsCompleter {
+    fn complete(&self, done: Batch) {
+        if done.is_empty() {
+            return;
+        }
+        let data = Box::into_raw(Box::new(done));
+        let tsfn = unsafe { (*self.shared).tsfn };
+        let status = unsafe {
+            sys::napi_call_threadsafe_function(
+                tsfn,
+                data.cast(),
+                sys::ThreadsafeFunctionCallMode::nonblocking,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            // The environment is shutting down; nobody is left to settle these promises.
+            drop(unsafe { Box::from_raw(data) });
+        }
+    }
+}
+
+impl Drop for JsCompleter {
+    fn drop(&mut self) {
+        unsafe {
+            sys::napi_release_threadsafe_function(
+                (*self.shared).tsfn,
+                sys::ThreadsafeFunctionReleaseMode::release,
+            );
+        }
+    }
+}
+
+unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    drop(Box::from_raw(data.cast::<Shared>()));
+}
+
+unsafe extern "C" fn call_js(
+    env: sys::napi_env,
+    _cb: sys::napi_value,
+    context: *mut c_void,
+    data: *mut c_void,
+) {
+    let batch = Box::from_raw(data.cast::<Batch>());
+    if env.is_null() {
+        return;
+    }
+    settle_batch(env, &*context.cast::<Shared>(), *batch);
+}
+
+unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {
+    let n = batch.len();
+    for (ticket, result) in batch {
+        let mut scope = ptr::null_mut();
+        sys::napi_open_handle_scope(env, &mut scope);
+        let deferred = ticket as usize as sys::napi_deferred;
+        match result.and_then(|out| to_js(env, out)) {
+            Ok(value) => {
+                sys::napi_resolve_deferred(env, deferred, value);
+            }
+            Err(e) => {
+                sys::napi_reject_deferred(env, deferred, error_value(env, &e));
+            }
+        }
+        sys::napi_close_handle_scope(env, scope);
+    }
+    if shared.in_flight.fetch_sub(n, Ordering::Relaxed) == n {
+        sys::napi_unref_threadsafe_function(env, shared.tsfn);
+    }
+}
+
+unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<sys::napi_value> {
+    let mut value = ptr::null_mut();
+    let status = match out {
+        Output::Json(s) => {
+            sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value)
+        }
+        Output::Bytes(bytes) => {
+            let mut data = ptr::null_mut();
+            sys::napi_create_buffer_copy(
+                env,
+                bytes.len(),
+                bytes.as_ptr().cast(),
+                &mut data,
+                &mut value,
+            )
+        }
+        Output::Unit => sys::napi_get_undefined(env, &mut value),
+    };
+    if status != sys::Status::napi_ok {
+        return Err(WorldError::RuntimeIntegrity {
+            reason: format!("converting a result for JavaScript failed (napi status {status}); it may be too large"),
+        });
+    }
+    Ok(value)
+}
+
+/// A JavaScript `Error` for `e`, with `code` and a JSON `details` string for `world.ts`.
+pub unsafe fn error_value(env: sys::napi_env, e: &WorldError) -> sys::napi_value {
+    let mut code = ptr::null_mut();
+    let mut msg = ptr::null_mut();
+    let mut details = ptr::null_mut();
+    let mut err = ptr::null_mut();
+    let c = e.code();
+    let m = e.to_string();
+    let d = e.details().to_string();
+    sys::napi_create_string_utf8(env, c.as_ptr().cast(), c.len() as isize, &mut code);
+    sys::napi_create_string_utf8(env, m.as_ptr().cast(), m.len() as isize, &mut msg);
+    sys::napi_create_string_utf8(env, d.as_ptr().cast(), d.len() as isize, &mut details);
+    sys::napi_create_error(env, code, msg, &mut err);
+    sys::napi_set_named_property(env, err, c"details".as_ptr(), details);
+    err
+}

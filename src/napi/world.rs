@@ -1,0 +1,153 @@
+//! `NativeWorld`: one open world, as `world.ts` sees it.
+
+use super::completion::JsCompleter;
+use super::{throw, RawValue};
+use crate::core::error::WorldError;
+use crate::core::events::AppendRequest;
+use crate::core::runtime::Ticket;
+use crate::core::store::sqlite::Durability;
+use crate::core::world::World;
+use napi::Env;
+use napi_derive::napi;
+use std::path::Path;
+use std::sync::Arc;
+
+/// An open world. Every asynchronous method returns a promise that one of the world's own
+/// threads settles; none of them runs on the libuv pool.
+#[napi]
+pub struct NativeWorld {
+    world: World,
+    completer: Arc<JsCompleter>,
+}
+
+fn durability(name: &str) -> Result<Durability, WorldError> {
+    match name {
+        "full" => Ok(Durability::Full),
+        "normal" => Ok(Durability::Normal),
+        other => Err(WorldError::validation(
+            "durability",
+            format!(
+                "must be 'full' or 'normal', not {}",
+                crate::core::canonical::string_literal(other)
+            ),
+        )),
+    }
+}
+
+/// Convert an optional JavaScript number to a count, or say what is wrong with it.
+fn count_arg(name: &str, v: Option<f64>) -> Result<Option<u64>, WorldError> {
+    match v {
+        None => Ok(None),
+        Some(f)
+            if f >= 0.0
+                && f.fract() == 0.0
+                && f <= crate::core::events::known::MAX_SAFE_INTEGER =>
+        {
+            Ok(Some(f as u64))
+        }
+        Some(_) => Err(WorldError::validation(
+            name,
+            "must be a non-negative safe integer",
+        )),
+    }
+}
+
+#[napi]
+impl NativeWorld {
+    /// Open (creating if needed) the local world at `dataDir`.
+    #[napi(factory)]
+    pub fn open_local(env: Env, data_dir: String, durability_name: String) -> napi::Result<Self> {
+        let completer = Arc::new(JsCompleter::new(env.raw())?);
+        let opened = durability(&durability_name)
+            .and_then(|d| World::open_local(Path::new(&data_dir), d, completer.clone()));
+        match opened {
+            Ok(world) => Ok(NativeWorld { world, completer }),
+            Err(e) => Err(throw(&env, &e)),
+        }
+    }
+
+    /// Open a fresh in-memory world.
+    #[napi(factory)]
+    pub fn open_virtual(env: Env) -> napi::Result<Self> {
+        let completer = Arc::new(JsCompleter::new(env.raw())?);
+        Ok(NativeWorld {
+            world: World::open_virtual(completer.clone()),
+            completer,
+        })
+    }
+
+    /// `"local"` or `"virtual"`.
+    #[napi(getter)]
+    pub fn kind(&self) -> &'static str {
+        self.world.kind().as_str()
+    }
+
+    /// The resolved data directory of a local world.
+    #[napi(getter)]
+    pub fn data_dir(&self) -> Option<String> {
+        self.world.data_dir().map(|p| p.display().to_string())
+    }
+
+    /// Whether `close()` has been called.
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.world.is_closed()
+    }
+
+    fn submit(
+        &self,
+        env: &Env,
+        f: impl FnOnce(Ticket) -> Result<(), WorldError>,
+    ) -> napi::Result<RawValue> {
+        let (ticket, promise) = self.completer.begin(env.raw())?;
+        if let Err(e) = f(ticket) {
+            self.completer.settle_now(env.raw(), ticket, Err(e));
+        }
+        Ok(RawValue(promise))
+    }
+
+    /// Append an event; resolves with the envelope's canonical JSON after its commit.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn append(
+        &self,
+        env: Env,
+        run_id: String,
+        event_type: String,
+        payload_json: String,
+        idempotency_key: Option<String>,
+    ) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            self.world.append(
+                t,
+                AppendRequest {
+                    run_id,
+                    event_type,
+                    payload_json,
+                    key: idempotency_key,
+                },
+            )
+        })
+    }
+
+    /// Committed envelopes of a run after `afterSequence`, at most `limit`, as a JSON array text.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn list(
+        &self,
+        env: Env,
+        run_id: String,
+        after_sequence: Option<f64>,
+        limit: Option<f64>,
+    ) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            let after = count_arg("afterSequence", after_sequence)?.unwrap_or(0);
+            let limit = count_arg("limit", limit)?;
+            self.world.list(t, run_id, after, limit)
+        })
+    }
+
+    /// Stop accepting work; resolves once every queued append has committed.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self, env: Env) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.close(t))
+    }
+}
