@@ -6,4 +6,6 @@
 #![deny(clippy::all)]
 
 pub mod core;
+// napi-derive registers the exports only outside `cargo test`.
+#[cfg_attr(test, allow(dead_code))]
 mod napi;

@@ -20,9 +20,8 @@ impl ArtifactStore {
     /// The artifact store of a local world.
     pub fn local(data_dir: &Path) -> Result<Self> {
         let dir = data_dir.join("artifacts");
-        std::fs::create_dir_all(dir.join("blobs")).map_err(|e| {
-            WorldError::io("creating the artifacts directory", Some(dir.clone()), e)
-        })?;
+        std::fs::create_dir_all(dir.join("blobs"))
+            .map_err(|e| WorldError::io("creating the artifacts directory", Some(dir.clone()), e))?;
         Ok(ArtifactStore {
             backend: Backend::Local { dir },
         })

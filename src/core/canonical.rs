@@ -42,8 +42,7 @@ pub fn parse(text: &str) -> Result<Value, ParseError> {
     }
     let mut de = serde_json::Deserializer::from_str(text);
     de.disable_recursion_limit();
-    let value =
-        serde::Deserialize::deserialize(&mut de).map_err(|e| ParseError::Invalid(e.to_string()))?;
+    let value = serde::Deserialize::deserialize(&mut de).map_err(|e| ParseError::Invalid(e.to_string()))?;
     de.end().map_err(|e| ParseError::Invalid(e.to_string()))?;
     Ok(value)
 }
@@ -181,14 +180,7 @@ pub fn write_str(s: &str, out: &mut Vec<u8>) {
         };
         out.extend_from_slice(&bytes[start..i]);
         if short.is_empty() {
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(b >> 4) as usize],
-                HEX[(b & 0xf) as usize],
-            ]);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]]);
         } else {
             out.extend_from_slice(short);
         }
@@ -226,9 +218,7 @@ mod tests {
         for entry in std::fs::read_dir(dir.join("input")).unwrap() {
             let path = entry.unwrap().path();
             let input = std::fs::read_to_string(&path).unwrap();
-            let expected =
-                std::fs::read_to_string(dir.join("output").join(path.file_name().unwrap()))
-                    .unwrap();
+            let expected = std::fs::read_to_string(dir.join("output").join(path.file_name().unwrap())).unwrap();
             let ours = canonicalize_text(&input).unwrap();
             assert_eq!(ours, expected, "vector {}", path.display());
             // The crate we measured against agrees on every vector.
@@ -249,10 +239,7 @@ mod tests {
             "{\"a\":3,\"\u{1F600}\":2,\"\u{E000}\":1}"
         );
         let text = "{\"\u{FFFF}\":1,\"\u{10000}\":2}";
-        assert_eq!(
-            canonicalize_text(text).unwrap(),
-            "{\"\u{10000}\":2,\"\u{FFFF}\":1}"
-        );
+        assert_eq!(canonicalize_text(text).unwrap(), "{\"\u{10000}\":2,\"\u{FFFF}\":1}");
     }
 
     #[test]

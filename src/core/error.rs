@@ -157,28 +157,19 @@ impl WorldError {
         match self {
             WorldError::Validation { run_id, path, .. } => json!({ "runId": run_id, "path": path }),
             WorldError::IdempotencyConflict {
-                run_id,
-                key,
-                sequence,
-                ..
+                run_id, key, sequence, ..
             } => json!({ "runId": run_id, "appendIdempotencyKey": key, "sequence": sequence }),
             WorldError::ArtifactNotFound { artifact_id, .. }
             | WorldError::ArtifactHashMismatch { artifact_id, .. }
             | WorldError::ArtifactManifestCorrupt { artifact_id, .. } => {
                 json!({ "artifactId": artifact_id })
             }
-            WorldError::EventLogCorrupt {
-                run_id, sequence, ..
-            } => json!({ "runId": run_id, "sequence": sequence }),
-            WorldError::RunLocked {
-                name, owner_pid, ..
-            } => json!({ "lockName": name, "ownerPid": owner_pid }),
+            WorldError::EventLogCorrupt { run_id, sequence, .. } => json!({ "runId": run_id, "sequence": sequence }),
+            WorldError::RunLocked { name, owner_pid, .. } => json!({ "lockName": name, "ownerPid": owner_pid }),
             WorldError::OuterLoopInputMismatch { outer_loop_id, .. } => {
                 json!({ "outerLoopId": outer_loop_id })
             }
-            WorldError::ReplayRefused {
-                run_id, sequences, ..
-            } => json!({ "runId": run_id, "sequences": sequences }),
+            WorldError::ReplayRefused { run_id, sequences, .. } => json!({ "runId": run_id, "sequences": sequences }),
             WorldError::Io { path, .. } => json!({ "path": path }),
             _ => json!({}),
         }
@@ -240,10 +231,7 @@ mod tests {
     #[test]
     fn codes_are_stable() {
         assert_eq!(WorldError::Closed.code(), "WORLD_CLOSED");
-        assert_eq!(
-            WorldError::validation("payload.a", "bad").code(),
-            "EVENT_VALIDATION"
-        );
+        assert_eq!(WorldError::validation("payload.a", "bad").code(), "EVENT_VALIDATION");
         let e = WorldError::validation("payload.a[3].b", "must be a string").for_run("run_x");
         assert_eq!(e.to_string(), "payload.a[3].b: must be a string");
         assert_eq!(e.details()["runId"], "run_x");
@@ -251,10 +239,7 @@ mod tests {
 
     #[test]
     fn not_a_database_is_corruption() {
-        let err = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
-            None,
-        );
+        let err = rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB), None);
         assert_eq!(WorldError::sqlite("open", err).code(), "EVENT_LOG_CORRUPT");
     }
 }

@@ -76,8 +76,7 @@ fn shown(id: &str) -> String {
 
 /// `evt_` + the first 16 hex of sha256(JCS({runId, sequence, type, payload})).
 pub fn event_id(run_id: &str, sequence: u64, event_type: &str, canonical_payload: &str) -> String {
-    let mut pre =
-        Vec::with_capacity(canonical_payload.len() + run_id.len() + event_type.len() + 48);
+    let mut pre = Vec::with_capacity(canonical_payload.len() + run_id.len() + event_type.len() + 48);
     pre.extend_from_slice(b"{\"payload\":");
     pre.extend_from_slice(canonical_payload.as_bytes());
     pre.extend_from_slice(b",\"runId\":");
@@ -93,8 +92,7 @@ pub fn event_id(run_id: &str, sequence: u64, event_type: &str, canonical_payload
 
 /// `sha256:` + hex(sha256(JCS({runId, type, payload}))).
 pub fn request_digest(run_id: &str, event_type: &str, canonical_payload: &str) -> String {
-    let mut pre =
-        Vec::with_capacity(canonical_payload.len() + run_id.len() + event_type.len() + 32);
+    let mut pre = Vec::with_capacity(canonical_payload.len() + run_id.len() + event_type.len() + 32);
     pre.extend_from_slice(b"{\"payload\":");
     pre.extend_from_slice(canonical_payload.as_bytes());
     pre.extend_from_slice(b",\"runId\":");
@@ -136,19 +134,12 @@ mod tests {
     fn event_id_is_sha256_of_the_canonical_preimage() {
         let payload = json!({"b": [1, 2.5, "x"], "a": null});
         let canon = canonical::to_string(&payload);
-        let pre =
-            json!({"runId": "run_a", "sequence": 7, "type": "StepStarted", "payload": payload});
-        let want = format!(
-            "evt_{}",
-            &sha256_hex(canonical::to_string(&pre).as_bytes())[..16]
-        );
+        let pre = json!({"runId": "run_a", "sequence": 7, "type": "StepStarted", "payload": payload});
+        let want = format!("evt_{}", &sha256_hex(canonical::to_string(&pre).as_bytes())[..16]);
         assert_eq!(event_id("run_a", 7, "StepStarted", &canon), want);
 
         let pre = json!({"runId": "run_a", "type": "StepStarted", "payload": payload});
-        let want = format!(
-            "sha256:{}",
-            sha256_hex(canonical::to_string(&pre).as_bytes())
-        );
+        let want = format!("sha256:{}", sha256_hex(canonical::to_string(&pre).as_bytes()));
         assert_eq!(request_digest("run_a", "StepStarted", &canon), want);
     }
 }

@@ -45,9 +45,7 @@ impl Pool {
     pub fn global() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| {
-            let n = std::thread::available_parallelism()
-                .map_or(2, |n| n.get())
-                .clamp(2, 8);
+            let n = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8);
             Pool::new(n)
         })
     }
@@ -84,12 +82,11 @@ impl Pool {
         work: impl FnOnce() -> Result<Output> + Send + 'static,
     ) {
         self.spawn(move || {
-            let out =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| {
-                    Err(crate::core::error::WorldError::RuntimeIntegrity {
-                        reason: format!("internal error: {}", panic_message(&p)),
-                    })
-                });
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| {
+                Err(crate::core::error::WorldError::RuntimeIntegrity {
+                    reason: format!("internal error: {}", panic_message(&p)),
+                })
+            });
             completer.complete(vec![(ticket, out)]);
         });
     }

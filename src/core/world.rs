@@ -76,25 +76,12 @@ struct Inner {
 
 impl World {
     /// Open (creating if needed) the local world at `data_dir`.
-    pub fn open_local(
-        data_dir: &Path,
-        durability: Durability,
-        completer: Arc<dyn Completer>,
-    ) -> Result<World> {
-        std::fs::create_dir_all(data_dir).map_err(|e| {
-            WorldError::io(
-                "creating the data directory",
-                Some(data_dir.to_path_buf()),
-                e,
-            )
-        })?;
-        let data_dir = data_dir.canonicalize().map_err(|e| {
-            WorldError::io(
-                "resolving the data directory",
-                Some(data_dir.to_path_buf()),
-                e,
-            )
-        })?;
+    pub fn open_local(data_dir: &Path, durability: Durability, completer: Arc<dyn Completer>) -> Result<World> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| WorldError::io("creating the data directory", Some(data_dir.to_path_buf()), e))?;
+        let data_dir = data_dir
+            .canonicalize()
+            .map_err(|e| WorldError::io("resolving the data directory", Some(data_dir.to_path_buf()), e))?;
         if !data_dir.is_dir() {
             return Err(WorldError::Path {
                 message: format!("{} is not a directory", data_dir.display()),
@@ -140,7 +127,7 @@ impl World {
             let completer = completer.clone();
             let artifacts = artifacts.clone();
             spawn("little-world-prep", move || {
-                prep_loop(prep_rx, write_tx, &*artifacts, &*completer)
+                prep_loop(prep_rx, write_tx, &artifacts, &*completer)
             });
         }
         {
@@ -209,13 +196,7 @@ impl World {
     }
 
     /// Committed envelopes of `run_id` after `after` (at most `limit`), as one JSON array text.
-    pub fn list(
-        &self,
-        ticket: Ticket,
-        run_id: String,
-        after: u64,
-        limit: Option<u64>,
-    ) -> Result<()> {
+    pub fn list(&self, ticket: Ticket, run_id: String, after: u64, limit: Option<u64>) -> Result<()> {
         self.ensure_open()?;
         ids::check_stream_id(&run_id)?;
         let reader = self.inner.reader.clone();
@@ -225,11 +206,7 @@ impl World {
     }
 
     /// Run `work` on the pool, completing `ticket` with its result.
-    pub fn run(
-        &self,
-        ticket: Ticket,
-        work: impl FnOnce() -> Result<Output> + Send + 'static,
-    ) -> Result<()> {
+    pub fn run(&self, ticket: Ticket, work: impl FnOnce() -> Result<Output> + Send + 'static) -> Result<()> {
         self.ensure_open()?;
         Pool::global().run(self.inner.completer.clone(), ticket, work);
         Ok(())
@@ -241,22 +218,14 @@ impl World {
         self.inner.closed.store(true, Ordering::Release);
         match sender {
             Some(tx) if tx.send(PrepMsg::Close(ticket)).is_ok() => {}
-            _ => self
-                .inner
-                .completer
-                .complete(vec![(ticket, Ok(Output::Unit))]),
+            _ => self.inner.completer.complete(vec![(ticket, Ok(Output::Unit))]),
         }
         Ok(())
     }
 }
 
 /// The envelopes of a run as one JSON array text, concatenated from the stored canonical rows.
-pub fn list_json(
-    reader: &dyn LogReader,
-    run_id: &str,
-    after: u64,
-    limit: Option<u64>,
-) -> Result<String> {
+pub fn list_json(reader: &dyn LogReader, run_id: &str, after: u64, limit: Option<u64>) -> Result<String> {
     let mut out = String::with_capacity(4096);
     out.push('[');
     let mut first = true;
@@ -280,19 +249,13 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
         .expect("spawning a world thread");
 }
 
-fn prep_loop(
-    rx: Receiver<PrepMsg>,
-    tx: Sender<WriteMsg>,
-    artifacts: &ArtifactStore,
-    completer: &dyn Completer,
-) {
+fn prep_loop(rx: Receiver<PrepMsg>, tx: Sender<WriteMsg>, artifacts: &ArtifactStore, completer: &dyn Completer) {
     while let Ok(msg) = rx.recv() {
         match msg {
             PrepMsg::Append(ticket, req) => {
-                let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    events::prepare(req, artifacts)
-                }))
-                .unwrap_or_else(|p| Err(internal(&*p)));
+                let prepared =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| events::prepare(req, artifacts)))
+                        .unwrap_or_else(|p| Err(internal(&*p)));
                 match prepared {
                     Ok(p) => {
                         let _ = tx.send(WriteMsg::Append(ticket, p));

@@ -7,6 +7,11 @@
 //!
 //! The threadsafe function is referenced only while operations are in flight, so an idle world
 //! never keeps the process alive, and a pending append always does.
+//!
+//! Node destroys every threadsafe function when its environment tears down, possibly before the
+//! world that owns one is finalized, and a core thread may still be finishing work then. So the
+//! function's liveness is a flag under a lock that every call and the release take: once Node's
+//! finalizer has run, completions are dropped and the release is skipped.
 
 use crate::core::error::WorldError;
 use crate::core::runtime::{Completer, Output, Ticket};
@@ -14,23 +19,33 @@ use napi::sys;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-/// State shared with the JavaScript-thread callback; freed when the threadsafe function finalizes.
+/// State shared by the completer, the JavaScript-thread callback and Node's finalizer.
 struct Shared {
-    tsfn: sys::napi_threadsafe_function,
+    /// The threadsafe function, or `None` once Node has finalized it.
+    tsfn: Mutex<Option<Tsfn>>,
     /// Operations started and not yet settled (touched on the JavaScript thread only).
     in_flight: AtomicUsize,
 }
 
-/// The core's view of a world's promises.
-pub struct JsCompleter {
-    shared: *mut Shared,
+#[derive(Clone, Copy)]
+struct Tsfn(sys::napi_threadsafe_function);
+
+// SAFETY: N-API allows calling and releasing a threadsafe function from any thread; the lock
+// around it keeps those calls from racing Node's finalizer.
+unsafe impl Send for Tsfn {}
+
+impl Shared {
+    fn tsfn(&self) -> Option<Tsfn> {
+        *self.tsfn.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
-// SAFETY: the threadsafe function may be called and released from any thread; `Shared` is only
-// read through it on the JavaScript thread, and freed by the finalizer after the last call.
-unsafe impl Send for JsCompleter {}
-unsafe impl Sync for JsCompleter {}
+/// The core's view of a world's promises.
+pub struct JsCompleter {
+    shared: Arc<Shared>,
+}
 
 type Batch = Vec<(Ticket, crate::core::error::Result<Output>)>;
 
@@ -49,19 +64,16 @@ macro_rules! check {
 impl JsCompleter {
     /// Create the completer of one world. Must run on the JavaScript thread.
     pub fn new(env: sys::napi_env) -> napi::Result<JsCompleter> {
-        let shared = Box::into_raw(Box::new(Shared {
-            tsfn: ptr::null_mut(),
+        let shared = Arc::new(Shared {
+            tsfn: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
-        }));
+        });
+        // One reference belongs to the threadsafe function and is dropped by its finalizer.
+        let for_tsfn = Arc::into_raw(shared.clone()) as *mut c_void;
         let mut name = ptr::null_mut();
         let label = "little-workflow-world";
         check!(
-            sys::napi_create_string_utf8(
-                env,
-                label.as_ptr().cast(),
-                label.len() as isize,
-                &mut name
-            ),
+            sys::napi_create_string_utf8(env, label.as_ptr().cast(), label.len() as isize, &mut name),
             "naming the completion channel"
         );
         let mut tsfn = ptr::null_mut();
@@ -73,15 +85,15 @@ impl JsCompleter {
                 name,
                 0,
                 1,
-                shared.cast(),
+                for_tsfn,
                 Some(finalize),
-                shared.cast(),
+                for_tsfn,
                 Some(call_js),
                 &mut tsfn,
             ),
             "creating the completion channel"
         );
-        unsafe { (*shared).tsfn = tsfn };
+        *shared.tsfn.lock().expect("fresh lock") = Some(Tsfn(tsfn));
         check!(
             sys::napi_unref_threadsafe_function(env, tsfn),
             "unreferencing the completion channel"
@@ -97,24 +109,20 @@ impl JsCompleter {
             sys::napi_create_promise(env, &mut deferred, &mut promise),
             "creating a promise"
         );
-        let shared = unsafe { &*self.shared };
-        if shared.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
-            check!(
-                sys::napi_ref_threadsafe_function(env, shared.tsfn),
-                "referencing the completion channel"
-            );
+        if self.shared.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            if let Some(Tsfn(tsfn)) = self.shared.tsfn() {
+                check!(
+                    sys::napi_ref_threadsafe_function(env, tsfn),
+                    "referencing the completion channel"
+                );
+            }
         }
         Ok((deferred as usize as Ticket, promise))
     }
 
     /// Settle a ticket right away on the JavaScript thread (an error found before any work).
-    pub fn settle_now(
-        &self,
-        env: sys::napi_env,
-        ticket: Ticket,
-        result: crate::core::error::Result<Output>,
-    ) {
-        unsafe { settle_batch(env, &*self.shared, vec![(ticket, result)]) };
+    pub fn settle_now(&self, env: sys::napi_env, ticket: Ticket, result: crate::core::error::Result<Output>) {
+        unsafe { settle_batch(env, &self.shared, vec![(ticket, result)]) };
     }
 }
 
@@ -123,15 +131,15 @@ impl Completer for JsCompleter {
         if done.is_empty() {
             return;
         }
-        let data = Box::into_raw(Box::new(done));
-        let tsfn = unsafe { (*self.shared).tsfn };
-        let status = unsafe {
-            sys::napi_call_threadsafe_function(
-                tsfn,
-                data.cast(),
-                sys::ThreadsafeFunctionCallMode::nonblocking,
-            )
+        let guard = self.shared.tsfn.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(Tsfn(tsfn)) = *guard else {
+            return; // Node has torn the environment down; nobody is left to settle these.
         };
+        let data = Box::into_raw(Box::new(done));
+        let status = unsafe {
+            sys::napi_call_threadsafe_function(tsfn, data.cast(), sys::ThreadsafeFunctionCallMode::nonblocking)
+        };
+        drop(guard);
         if status != sys::Status::napi_ok {
             // The environment is shutting down; nobody is left to settle these promises.
             drop(unsafe { Box::from_raw(data) });
@@ -141,25 +149,19 @@ impl Completer for JsCompleter {
 
 impl Drop for JsCompleter {
     fn drop(&mut self) {
-        unsafe {
-            sys::napi_release_threadsafe_function(
-                (*self.shared).tsfn,
-                sys::ThreadsafeFunctionReleaseMode::release,
-            );
+        let guard = self.shared.tsfn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Tsfn(tsfn)) = *guard {
+            unsafe { sys::napi_release_threadsafe_function(tsfn, sys::ThreadsafeFunctionReleaseMode::release) };
         }
     }
 }
 
 unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    drop(Box::from_raw(data.cast::<Shared>()));
+    let shared = Arc::from_raw(data.cast::<Shared>());
+    *shared.tsfn.lock().unwrap_or_else(|p| p.into_inner()) = None;
 }
 
-unsafe extern "C" fn call_js(
-    env: sys::napi_env,
-    _cb: sys::napi_value,
-    context: *mut c_void,
-    data: *mut c_void,
-) {
+unsafe extern "C" fn call_js(env: sys::napi_env, _cb: sys::napi_value, context: *mut c_void, data: *mut c_void) {
     let batch = Box::from_raw(data.cast::<Batch>());
     if env.is_null() {
         return;
@@ -184,25 +186,19 @@ unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {
         sys::napi_close_handle_scope(env, scope);
     }
     if shared.in_flight.fetch_sub(n, Ordering::Relaxed) == n {
-        sys::napi_unref_threadsafe_function(env, shared.tsfn);
+        if let Some(Tsfn(tsfn)) = shared.tsfn() {
+            sys::napi_unref_threadsafe_function(env, tsfn);
+        }
     }
 }
 
 unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<sys::napi_value> {
     let mut value = ptr::null_mut();
     let status = match out {
-        Output::Json(s) => {
-            sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value)
-        }
+        Output::Json(s) => sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value),
         Output::Bytes(bytes) => {
             let mut data = ptr::null_mut();
-            sys::napi_create_buffer_copy(
-                env,
-                bytes.len(),
-                bytes.as_ptr().cast(),
-                &mut data,
-                &mut value,
-            )
+            sys::napi_create_buffer_copy(env, bytes.len(), bytes.as_ptr().cast(), &mut data, &mut value)
         }
         Output::Unit => sys::napi_get_undefined(env, &mut value),
     };

@@ -9,8 +9,7 @@ use napi_derive::napi;
 /// RFC 8785 canonical JSON of a JSON text.
 #[napi(js_name = "canonicalizeJson")]
 pub fn canonicalize_json(env: Env, json: String) -> napi::Result<String> {
-    canonical::canonicalize_text(&json)
-        .map_err(|e| throw(&env, &WorldError::validation("value", e.to_string())))
+    canonical::canonicalize_text(&json).map_err(|e| throw(&env, &WorldError::validation("value", e.to_string())))
 }
 
 /// Check a JSON array of envelopes: one run, dense sequences from 1, ids that match their content.

@@ -38,17 +38,10 @@ fn durability(name: &str) -> Result<Durability, WorldError> {
 fn count_arg(name: &str, v: Option<f64>) -> Result<Option<u64>, WorldError> {
     match v {
         None => Ok(None),
-        Some(f)
-            if f >= 0.0
-                && f.fract() == 0.0
-                && f <= crate::core::events::known::MAX_SAFE_INTEGER =>
-        {
+        Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= crate::core::events::known::MAX_SAFE_INTEGER => {
             Ok(Some(f as u64))
         }
-        Some(_) => Err(WorldError::validation(
-            name,
-            "must be a non-negative safe integer",
-        )),
+        Some(_) => Err(WorldError::validation(name, "must be a non-negative safe integer")),
     }
 }
 
@@ -58,8 +51,8 @@ impl NativeWorld {
     #[napi(factory)]
     pub fn open_local(env: Env, data_dir: String, durability_name: String) -> napi::Result<Self> {
         let completer = Arc::new(JsCompleter::new(env.raw())?);
-        let opened = durability(&durability_name)
-            .and_then(|d| World::open_local(Path::new(&data_dir), d, completer.clone()));
+        let opened =
+            durability(&durability_name).and_then(|d| World::open_local(Path::new(&data_dir), d, completer.clone()));
         match opened {
             Ok(world) => Ok(NativeWorld { world, completer }),
             Err(e) => Err(throw(&env, &e)),
@@ -94,11 +87,7 @@ impl NativeWorld {
         self.world.is_closed()
     }
 
-    fn submit(
-        &self,
-        env: &Env,
-        f: impl FnOnce(Ticket) -> Result<(), WorldError>,
-    ) -> napi::Result<RawValue> {
+    fn submit(&self, env: &Env, f: impl FnOnce(Ticket) -> Result<(), WorldError>) -> napi::Result<RawValue> {
         let (ticket, promise) = self.completer.begin(env.raw())?;
         if let Err(e) = f(ticket) {
             self.completer.settle_now(env.raw(), ticket, Err(e));

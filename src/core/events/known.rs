@@ -162,33 +162,21 @@ static SHAPES: &[(&str, Shape)] = {
         (
             "ParallelGroupFailed",
             Shape {
-                fields: &[
-                    req("stepPath", NonEmpty),
-                    opt("groupId", Str),
-                    opt("error", Error),
-                ],
+                fields: &[req("stepPath", NonEmpty), opt("groupId", Str), opt("error", Error)],
                 choice: None,
             },
         ),
         (
             "ParallelBranchScheduled",
             Shape {
-                fields: &[
-                    req("stepPath", NonEmpty),
-                    opt("groupId", Str),
-                    opt("branch", Label),
-                ],
+                fields: &[req("stepPath", NonEmpty), opt("groupId", Str), opt("branch", Label)],
                 choice: None,
             },
         ),
         (
             "ParallelBranchCompleted",
             Shape {
-                fields: &[
-                    req("stepPath", NonEmpty),
-                    opt("groupId", Str),
-                    opt("branch", Label),
-                ],
+                fields: &[req("stepPath", NonEmpty), opt("groupId", Str), opt("branch", Label)],
                 choice: None,
             },
         ),
@@ -356,10 +344,7 @@ static SHAPES: &[(&str, Shape)] = {
 };
 
 fn shape(event_type: &str) -> Option<&'static Shape> {
-    SHAPES
-        .iter()
-        .find(|(name, _)| *name == event_type)
-        .map(|(_, s)| s)
+    SHAPES.iter().find(|(name, _)| *name == event_type).map(|(_, s)| s)
 }
 
 /// Whether `event_type` is one of the known types of seed `000_*`.
@@ -399,10 +384,7 @@ pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
         if choice.required && !has_value && !has_ref {
             return Err(WorldError::validation(
                 dotted("payload", choice.value),
-                format!(
-                    "{event_type} requires {} or {}",
-                    choice.value, choice.reference
-                ),
+                format!("{event_type} requires {} or {}", choice.value, choice.reference),
             ));
         }
         if let Some(r) = payload.get(choice.reference) {
@@ -418,10 +400,7 @@ pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
 }
 
 fn subset(usage: &Value, part: &str, whole: &str) -> Result<()> {
-    if let (Some(p), Some(w)) = (
-        usage.get(part).and_then(Value::as_f64),
-        usage[whole].as_f64(),
-    ) {
+    if let (Some(p), Some(w)) = (usage.get(part).and_then(Value::as_f64), usage[whole].as_f64()) {
         if p > w {
             return Err(WorldError::validation(
                 dotted("payload.response.usage", part),
@@ -464,11 +443,8 @@ pub fn is_artifact_ref(s: &str) -> bool {
 
 /// Whether `s` is an artifact id: `art_` + 16 lower-case hex digits.
 pub fn is_artifact_id(s: &str) -> bool {
-    s.strip_prefix("art_").is_some_and(|h| {
-        h.len() == 16
-            && h.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
+    s.strip_prefix("art_")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 fn check(rule: Rule, v: &Value, name: &str) -> Result<()> {
@@ -577,22 +553,12 @@ mod tests {
     #[test]
     fn step_events() {
         assert!(check_payload("StepStarted", json!({"stepPath": "a"})).is_ok());
+        assert_eq!(path_of(check_payload("StepStarted", json!({}))), "payload.stepPath");
         assert_eq!(
-            path_of(check_payload("StepStarted", json!({}))),
-            "payload.stepPath"
-        );
-        assert_eq!(
-            path_of(check_payload(
-                "StepFailed",
-                json!({"stepPath": "a", "error": {}})
-            )),
+            path_of(check_payload("StepFailed", json!({"stepPath": "a", "error": {}}))),
             "payload.error"
         );
-        assert!(check_payload(
-            "StepFailed",
-            json!({"stepPath": "a", "error": {"message": "x"}})
-        )
-        .is_ok());
+        assert!(check_payload("StepFailed", json!({"stepPath": "a", "error": {"message": "x"}})).is_ok());
         assert_eq!(
             path_of(check_payload(
                 "StepCompleted",
@@ -630,10 +596,7 @@ mod tests {
         let mut v = base;
         v["caller"] = json!("human");
         v["args"] = json!({});
-        assert_eq!(
-            path_of(check_payload("harness.tool_call.started", v)),
-            "payload.caller"
-        );
+        assert_eq!(path_of(check_payload("harness.tool_call.started", v)), "payload.caller");
     }
 
     #[test]

@@ -87,10 +87,7 @@ pub fn prepare(req: AppendRequest, artifacts: &dyn ArtifactLookup) -> Result<Pre
 }
 
 fn check_type(event_type: &str) -> Result<()> {
-    if event_type.is_empty()
-        || event_type.len() > MAX_TYPE_LEN
-        || event_type.chars().any(char::is_control)
-    {
+    if event_type.is_empty() || event_type.len() > MAX_TYPE_LEN || event_type.chars().any(char::is_control) {
         return Err(WorldError::validation(
             "type",
             format!("must be a non-empty string of at most {MAX_TYPE_LEN} bytes without control characters"),
@@ -109,11 +106,7 @@ pub fn parse_payload(text: &str) -> Result<Map<String, Value>> {
 }
 
 /// The payload rules every type shares, plus the known type's shape.
-pub fn check_payload(
-    event_type: &str,
-    payload: &Map<String, Value>,
-    artifacts: &dyn ArtifactLookup,
-) -> Result<()> {
+pub fn check_payload(event_type: &str, payload: &Map<String, Value>, artifacts: &dyn ArtifactLookup) -> Result<()> {
     known::validate(event_type, payload)?;
     let mut path = JsonPath::new("payload");
     scan_object(payload, &mut path, artifacts)
@@ -145,11 +138,7 @@ fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn ArtifactLooku
     }
 }
 
-fn scan_object<'v>(
-    map: &'v Map<String, Value>,
-    path: &mut JsonPath<'v>,
-    artifacts: &dyn ArtifactLookup,
-) -> Result<()> {
+fn scan_object<'v>(map: &'v Map<String, Value>, path: &mut JsonPath<'v>, artifacts: &dyn ArtifactLookup) -> Result<()> {
     for (k, v) in map {
         path.push(Seg::Key(k));
         if k == "usage" {
@@ -175,11 +164,7 @@ pub type AppendOutcome = Result<String>;
 ///
 /// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
 /// commit), every append of the group gets that error and nothing of the group is stored.
-pub fn commit_batch(
-    writer: &mut dyn LogWriter,
-    batch: &[PreparedAppend],
-    recorded_at: &str,
-) -> Vec<AppendOutcome> {
+pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], recorded_at: &str) -> Vec<AppendOutcome> {
     let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
     let result = writer.transaction(&mut |tx| {
         outcomes.clear();

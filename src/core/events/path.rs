@@ -23,10 +23,7 @@ pub struct JsonPath<'a> {
 impl<'a> JsonPath<'a> {
     /// A path at `root`.
     pub fn new(root: &'a str) -> Self {
-        JsonPath {
-            root,
-            segs: Vec::new(),
-        }
+        JsonPath { root, segs: Vec::new() }
     }
 
     /// Descend into `seg`.
@@ -99,12 +96,7 @@ mod tests {
 
     #[test]
     fn renders_like_javascript_access() {
-        let segs = [
-            Seg::Key("a"),
-            Seg::Index(3),
-            Seg::Key("b c"),
-            Seg::Key("_x1"),
-        ];
+        let segs = [Seg::Key("a"), Seg::Index(3), Seg::Key("b c"), Seg::Key("_x1")];
         assert_eq!(render("payload", &segs), "payload.a[3][\"b c\"]._x1");
         assert_eq!(
             dotted("payload", "response.usage.inputTokens"),

@@ -67,19 +67,13 @@ pub fn check_envelope(event: &Value) -> Result<()> {
         .ok_or_else(|| bad("an envelope must be an object".into()))?;
     let field = |name: &str| obj.get(name).and_then(Value::as_str);
     let (Some(run_id), Some(sequence)) = (run_id, sequence) else {
-        return Err(bad(
-            "an envelope needs a string runId and an integer sequence".into(),
-        ));
+        return Err(bad("an envelope needs a string runId and an integer sequence".into()));
     };
     if sequence == 0 {
         return Err(bad("sequences start at 1".into()));
     }
-    let (Some(event_type), Some(event_id), Some(_)) =
-        (field("type"), field("eventId"), field("recordedAt"))
-    else {
-        return Err(bad(
-            "an envelope needs string type, eventId and recordedAt".into()
-        ));
+    let (Some(event_type), Some(event_id), Some(_)) = (field("type"), field("eventId"), field("recordedAt")) else {
+        return Err(bad("an envelope needs string type, eventId and recordedAt".into()));
     };
     let payload = obj
         .get("payload")
@@ -92,10 +86,7 @@ pub fn check_envelope(event: &Value) -> Result<()> {
             "eventId {event_id} does not match its content (expected {want})"
         )));
     }
-    match (
-        field("appendIdempotencyKey"),
-        field("canonicalRequestDigest"),
-    ) {
+    match (field("appendIdempotencyKey"), field("canonicalRequestDigest")) {
         (Some(_), Some(digest)) => {
             let want = ids::request_digest(run_id, event_type, &canonical_payload);
             if digest != want {
@@ -104,16 +95,8 @@ pub fn check_envelope(event: &Value) -> Result<()> {
                 )));
             }
         }
-        (Some(_), None) => {
-            return Err(bad(
-                "appendIdempotencyKey without canonicalRequestDigest".into()
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(bad(
-                "canonicalRequestDigest without appendIdempotencyKey".into()
-            ))
-        }
+        (Some(_), None) => return Err(bad("appendIdempotencyKey without canonicalRequestDigest".into())),
+        (None, Some(_)) => return Err(bad("canonicalRequestDigest without appendIdempotencyKey".into())),
         (None, None) => {}
     }
     Ok(())

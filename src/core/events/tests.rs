@@ -30,11 +30,13 @@ fn validation_path(e: WorldError) -> String {
     }
 }
 
-fn backends() -> Vec<(
+type Backend = (
     Box<dyn LogWriter>,
     Box<dyn crate::core::store::LogReader>,
     Option<tempfile::TempDir>,
-)> {
+);
+
+fn backends() -> Vec<Backend> {
     let mem = MemoryLog::new();
     let dir = tempfile::tempdir().unwrap();
     let (w, r) = sqlite::open(dir.path(), Durability::Normal).unwrap();
@@ -76,16 +78,9 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
         ))
         .unwrap();
         let after = prep(req("run_a", "StepStarted", json!({"stepPath": "z"}), None)).unwrap();
-        let out = commit_batch(
-            &mut *w,
-            &[first, conflict, after],
-            "2026-01-01T00:00:01.000Z",
-        );
+        let out = commit_batch(&mut *w, &[first, conflict, after], "2026-01-01T00:00:01.000Z");
         assert!(out[0].is_ok());
-        assert_eq!(
-            out[1].as_ref().unwrap_err().code(),
-            "EVENT_APPEND_IDEMPOTENCY_CONFLICT"
-        );
+        assert_eq!(out[1].as_ref().unwrap_err().code(), "EVENT_APPEND_IDEMPOTENCY_CONFLICT");
         let after: serde_json::Value = serde_json::from_str(out[2].as_ref().unwrap()).unwrap();
         assert_eq!(after["sequence"], 7);
         let mut seqs = vec![];
@@ -102,7 +97,13 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
 fn idempotent_retry_returns_the_stored_envelope() {
     for (mut w, _r, _dir) in backends() {
         let make = || {
-            prep(req("run_k", "harness.model.called", json!({"turn": 1, "promptHash": "h", "request": {"model": "m", "messages": [], "tools": []}}), Some("key-1"))).unwrap()
+            prep(req(
+                "run_k",
+                "harness.model.called",
+                json!({"turn": 1, "promptHash": "h", "request": {"model": "m", "messages": [], "tools": []}}),
+                Some("key-1"),
+            ))
+            .unwrap()
         };
         let a = commit_batch(&mut *w, &[make()], "2026-01-01T00:00:00.000Z")
             .remove(0)
@@ -114,10 +115,7 @@ fn idempotent_retry_returns_the_stored_envelope() {
         let env: serde_json::Value = serde_json::from_str(&a).unwrap();
         assert_eq!(env["sequence"], 1);
         assert_eq!(env["appendIdempotencyKey"], "key-1");
-        assert!(env["canonicalRequestDigest"]
-            .as_str()
-            .unwrap()
-            .starts_with("sha256:"));
+        assert!(env["canonicalRequestDigest"].as_str().unwrap().starts_with("sha256:"));
         shape::check_envelope(&env).unwrap();
     }
 }
@@ -226,21 +224,14 @@ fn payload_is_stored_canonical_and_ids_match() {
         None,
     ))
     .unwrap();
-    assert_eq!(
-        p.payload,
-        "{\"a\":\"\u{e9}\",\"b\":1,\"\u{1F600}\":2,\"\u{E000}\":1}"
-    );
+    assert_eq!(p.payload, "{\"a\":\"\u{e9}\",\"b\":1,\"\u{1F600}\":2,\"\u{E000}\":1}");
     let mut mem = MemoryLog::new();
     let env = commit_batch(&mut mem, &[p], "2026-01-01T00:00:00.000Z")
         .remove(0)
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&env).unwrap();
-    shape::check_log(&[v.clone()]).unwrap();
-    assert_eq!(
-        canonical::to_string(&v),
-        env,
-        "the stored envelope is canonical"
-    );
+    shape::check_log(std::slice::from_ref(&v)).unwrap();
+    assert_eq!(canonical::to_string(&v), env, "the stored envelope is canonical");
 }
 
 #[test]
@@ -255,10 +246,7 @@ fn shape_check_finds_holes_and_tampering() {
         .collect();
     shape::check_log(&envs).unwrap();
     let hole = vec![envs[0].clone(), envs[2].clone()];
-    assert_eq!(
-        shape::check_log(&hole).unwrap_err().code(),
-        "EVENT_LOG_CORRUPT"
-    );
+    assert_eq!(shape::check_log(&hole).unwrap_err().code(), "EVENT_LOG_CORRUPT");
     let mut tampered = envs.clone();
     tampered[1]["payload"]["i"] = json!(42);
     let err = shape::check_log(&tampered).unwrap_err();

@@ -152,12 +152,7 @@ impl LogReader for MemoryLog {
         Ok(())
     }
 
-    fn rows(
-        &self,
-        run_id: &str,
-        after: u64,
-        sink: &mut dyn FnMut(StoredEvent) -> Result<()>,
-    ) -> Result<()> {
+    fn rows(&self, run_id: &str, after: u64, sink: &mut dyn FnMut(StoredEvent) -> Result<()>) -> Result<()> {
         let streams = self.lock();
         let Some(stream) = streams.get(run_id) else {
             return Ok(());

@@ -91,12 +91,7 @@ pub trait LogReader: Send + Sync {
         sink: &mut dyn FnMut(&str) -> Result<()>,
     ) -> Result<()>;
     /// Call `sink` with each full row of `run_id` after `after`, in sequence order.
-    fn rows(
-        &self,
-        run_id: &str,
-        after: u64,
-        sink: &mut dyn FnMut(StoredEvent) -> Result<()>,
-    ) -> Result<()>;
+    fn rows(&self, run_id: &str, after: u64, sink: &mut dyn FnMut(StoredEvent) -> Result<()>) -> Result<()>;
     /// Every stream in the store, ordered by id.
     fn streams(&self) -> Result<Vec<StreamSummary>>;
     /// The highest committed sequence of `run_id`, 0 when it has none.

@@ -44,18 +44,14 @@ pub fn check(conn: &Connection, db_path: &str) -> Result<i32> {
     let version = pragma_i32(conn, "user_version")?;
     if app_id != 0 && app_id != APPLICATION_ID {
         return Err(WorldError::Path {
-            message: format!(
-                "{db_path} is not a little-workflow world (application_id {app_id:#x})"
-            ),
+            message: format!("{db_path} is not a little-workflow world (application_id {app_id:#x})"),
         });
     }
     if app_id == 0 {
         let tables: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
-                [],
-                |r| r.get(0),
-            )
+            .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| {
+                r.get(0)
+            })
             .map_err(|e| WorldError::sqlite("reading the schema", e))?;
         if tables > 0 && version == 0 {
             return Err(WorldError::Path {
@@ -115,8 +111,7 @@ mod tests {
     #[test]
     fn refuses_foreign_and_newer_databases() {
         let mut conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE TABLE accounts (id INTEGER)")
-            .unwrap();
+        conn.execute_batch("CREATE TABLE accounts (id INTEGER)").unwrap();
         assert_eq!(migrate(&mut conn, "x").unwrap_err().code(), "WORLD_PATH");
 
         let mut conn = Connection::open_in_memory().unwrap();
@@ -125,8 +120,7 @@ mod tests {
 
         let mut conn = Connection::open_in_memory().unwrap();
         migrate(&mut conn, "x").unwrap();
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
-            .unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
         let err = migrate(&mut conn, "x").unwrap_err();
         assert_eq!(err.code(), "WORLD_PATH");
         assert!(err.to_string().contains("newer"));

@@ -28,8 +28,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open (creating if needed) the event store of `data_dir`.
 pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, SqliteReader)> {
     let dir = data_dir.join("events");
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| WorldError::io("creating the events directory", Some(dir.clone()), e))?;
+    std::fs::create_dir_all(&dir).map_err(|e| WorldError::io("creating the events directory", Some(dir.clone()), e))?;
     let path = dir.join("events.db");
     let mut conn = connect(&path)?;
     let shown = path.display().to_string();
@@ -57,9 +56,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
 }
 
 fn connect(path: &Path) -> Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| WorldError::sqlite(format!("opening {}", path.display()), e))?;
     conn.busy_timeout(BUSY_TIMEOUT)
@@ -237,12 +234,7 @@ impl LogReader for SqliteReader {
         })
     }
 
-    fn rows(
-        &self,
-        run_id: &str,
-        after: u64,
-        sink: &mut dyn FnMut(StoredEvent) -> Result<()>,
-    ) -> Result<()> {
+    fn rows(&self, run_id: &str, after: u64, sink: &mut dyn FnMut(StoredEvent) -> Result<()>) -> Result<()> {
         self.with_conn(|conn| {
             let mut stmt = conn
                 .prepare_cached(

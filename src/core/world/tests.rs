@@ -13,7 +13,9 @@ impl Completer for ChannelCompleter {
     }
 }
 
-fn channel() -> (Arc<dyn Completer>, Receiver<(Ticket, Result<Output>)>) {
+type Done = Receiver<(Ticket, Result<Output>)>;
+
+fn channel() -> (Arc<dyn Completer>, Done) {
     let (tx, rx) = unbounded();
     (Arc::new(ChannelCompleter(tx)), rx)
 }
@@ -34,12 +36,9 @@ fn append(run: &str, i: usize) -> AppendRequest {
     }
 }
 
-fn wait_all(rx: &Receiver<(Ticket, Result<Output>)>, n: usize) -> Vec<(Ticket, Result<Output>)> {
+fn wait_all(rx: &Done, n: usize) -> Vec<(Ticket, Result<Output>)> {
     (0..n)
-        .map(|_| {
-            rx.recv_timeout(std::time::Duration::from_secs(30))
-                .expect("completion")
-        })
+        .map(|_| rx.recv_timeout(std::time::Duration::from_secs(30)).expect("completion"))
         .collect()
 }
 
@@ -50,10 +49,7 @@ fn appends_commit_in_call_order_and_survive_a_reopen() {
     let world = World::open_local(dir.path(), Durability::Full, c).unwrap();
     for i in 0..500 {
         world
-            .append(
-                i as u64,
-                append(if i % 3 == 0 { "run_x" } else { "run_y" }, i),
-            )
+            .append(i as u64, append(if i % 3 == 0 { "run_x" } else { "run_y" }, i))
             .unwrap();
     }
     world.close(9999).unwrap();
@@ -136,8 +132,5 @@ fn virtual_world_keeps_the_same_rules() {
     assert_eq!(json_of(done.remove(0).1)["sequence"], 1);
     assert_eq!(done.remove(0).1.unwrap_err().code(), "EVENT_VALIDATION");
     assert_eq!(json_of(done.remove(0).1)["sequence"], 2);
-    assert_eq!(
-        world.append(4, append("bad id", 0)).unwrap_err().code(),
-        "WORLD_PATH"
-    );
+    assert_eq!(world.append(4, append("bad id", 0)).unwrap_err().code(), "WORLD_PATH");
 }

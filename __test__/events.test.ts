@@ -1,0 +1,270 @@
+// The event log contract, run against every kind of world.
+import { createHash } from 'node:crypto';
+import canonicalizeOracle from 'canonicalize';
+import { describe, expect, it } from 'vitest';
+import {
+  appendEvent,
+  ArtifactNotFoundError,
+  EventAppendIdempotencyConflictError,
+  EventLogCorruptError,
+  EventValidationError,
+  listEvents,
+  validateEventLogShape,
+  WorldClosedError,
+  WorldError,
+  WorldPathError,
+  type EventEnvelope,
+  type World,
+} from '@little-workflow/world';
+import { worldKinds } from './helpers';
+
+const jcs = (v: unknown): string => canonicalizeOracle(v) as string;
+const sha256hex = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
+
+async function rejection(p: Promise<unknown>): Promise<WorldError> {
+  try {
+    await p;
+  } catch (e) {
+    return e as WorldError;
+  }
+  throw new Error('expected a rejection');
+}
+
+function isDeepFrozen(v: unknown): boolean {
+  if (v === null || typeof v !== 'object') return true;
+  return Object.isFrozen(v) && Object.values(v).every(isDeepFrozen);
+}
+
+/** A small random JSON value, built from a seeded generator. */
+function randomValue(next: () => number, depth = 0): unknown {
+  const pick = Math.floor(next() * (depth > 3 ? 4 : 6));
+  const str = () => {
+    const pool = ['a', 'Z', '0', ' ', '"', '\\', '\n', '\u0001', 'é', '€', '\uE000', '\u{1F600}', '\u2028', '</'];
+    let s = '';
+    for (let i = Math.floor(next() * 6); i > 0; i--) s += pool[Math.floor(next() * pool.length)];
+    return s;
+  };
+  switch (pick) {
+    case 0:
+      return null;
+    case 1:
+      return next() < 0.5;
+    case 2: {
+      const r = next();
+      return r < 0.3 ? Math.floor(next() * 1e6) : r < 0.6 ? (next() - 0.5) * 10 ** Math.floor(next() * 40 - 20) : -0;
+    }
+    case 3:
+      return str();
+    case 4:
+      return Array.from({ length: Math.floor(next() * 4) }, () => randomValue(next, depth + 1));
+    default: {
+      const o: Record<string, unknown> = {};
+      for (let i = Math.floor(next() * 5); i > 0; i--) o[str()] = randomValue(next, depth + 1);
+      return o;
+    }
+  }
+}
+
+function seeded(seed: number): () => number {
+  return () => {
+    seed = (seed * 1664525 + 1013904223) >>> 0;
+    return seed / 2 ** 32;
+  };
+}
+
+const modelResponded = (turn: number, extra: Record<string, unknown> = {}) => ({
+  turn,
+  callId: `call_${turn}`,
+  model: { provider: 'openai', modelId: 'gpt-5' },
+  response: { usage: { inputTokens: 100, outputTokens: 20 } },
+  ...extra,
+});
+
+describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
+  it('appends dense 1-based sequences and returns deep-frozen envelopes', async () => {
+    const world = makeWorld();
+    const a = await appendEvent(world, 'run_dense', { type: 'RunStarted', payload: { input: { q: 1 } } });
+    const b = await appendEvent(world, 'run_dense', { type: 'StepStarted', payload: { stepPath: 'a' } });
+    const other = await appendEvent(world, 'run_other', { type: 'RunStarted', payload: {} });
+    expect([a.sequence, b.sequence, other.sequence]).toEqual([1, 2, 1]);
+    expect(isDeepFrozen(a)).toBe(true);
+    expect(a.recordedAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    const listed = await listEvents(world, 'run_dense');
+    expect(listed).toEqual([a, b]);
+    expect(isDeepFrozen(listed)).toBe(true);
+    expect(await listEvents(world, 'run_dense', { afterSequence: 1 })).toEqual([b]);
+    expect(await listEvents(world, 'run_dense', { limit: 1 })).toEqual([a]);
+    expect(await listEvents(world, 'run_none')).toEqual([]);
+    validateEventLogShape(listed);
+  });
+
+  it('computes eventId and canonicalRequestDigest as specified, for random payloads', async () => {
+    const world = makeWorld();
+    const next = seeded(42);
+    for (let i = 0; i < 200; i++) {
+      const payload = { value: randomValue(next), i };
+      const keyed = i % 2 === 0;
+      const env = await appendEvent(world, 'run_ids', {
+        type: keyed ? 'custom.keyed' : 'custom.fact',
+        payload,
+        ...(keyed ? { appendIdempotencyKey: `k${i}` } : {}),
+      });
+      const canonicalPayload = JSON.parse(jcs(payload));
+      expect(jcs(env.payload)).toBe(jcs(payload));
+      const id = `evt_${sha256hex(jcs({ runId: 'run_ids', sequence: env.sequence, type: env.type, payload: canonicalPayload })).slice(0, 16)}`;
+      expect(env.eventId).toBe(id);
+      if (keyed) {
+        expect(env.canonicalRequestDigest).toBe(`sha256:${sha256hex(jcs({ runId: 'run_ids', type: env.type, payload: canonicalPayload }))}`);
+      } else {
+        expect(env.canonicalRequestDigest).toBeUndefined();
+      }
+    }
+    validateEventLogShape(await listEvents(world, 'run_ids'));
+  });
+
+  it('stays dense with 50 runs x 200 appends in flight and invalid appends mixed in', async () => {
+    const world = makeWorld();
+    const runs = Array.from({ length: 50 }, (_, r) => `run_load_${r}`);
+    const pending: Promise<unknown>[] = [];
+    let invalid = 0;
+    for (let i = 0; i < 200; i++) {
+      for (const runId of runs) {
+        pending.push(appendEvent(world, runId, { type: 'StepStarted', payload: { stepPath: `s${i}` } }));
+        if (i % 17 === 0) {
+          invalid++;
+          pending.push(
+            rejection(appendEvent(world, runId, { type: 'StepStarted', payload: { stepPath: 42 } })).then((e) => {
+              expect(e).toBeInstanceOf(EventValidationError);
+            }),
+          );
+        }
+        if (i % 23 === 0) {
+          invalid++;
+          pending.push(
+            rejection(appendEvent(world, runId, { type: 'x', payload: { usage: { costUsd: 1 } } })).then((e) => {
+              expect(e.code).toBe('EVENT_VALIDATION');
+            }),
+          );
+        }
+      }
+    }
+    await Promise.all(pending);
+    expect(invalid).toBeGreaterThan(0);
+    for (const runId of runs) {
+      const events = await listEvents(world, runId);
+      expect(events.map((e) => e.sequence)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
+      expect(events.map((e) => e.payload.stepPath)).toEqual(Array.from({ length: 200 }, (_, i) => `s${i}`));
+      validateEventLogShape(events);
+    }
+  });
+
+  it('answers an idempotent retry with the original envelope and refuses different content', async () => {
+    const world = makeWorld();
+    const input = { type: 'harness.model.responded', payload: modelResponded(1), appendIdempotencyKey: 'resp-1' };
+    const first = await appendEvent(world, 'run_idem', input);
+    await appendEvent(world, 'run_idem', { type: 'StepStarted', payload: { stepPath: 'x' } });
+    const again = await appendEvent(world, 'run_idem', { ...input, payload: JSON.parse(JSON.stringify(input.payload)) });
+    expect(again).toEqual(first);
+    const err = await rejection(appendEvent(world, 'run_idem', { ...input, payload: modelResponded(2) }));
+    expect(err).toBeInstanceOf(EventAppendIdempotencyConflictError);
+    expect(err.code).toBe('EVENT_APPEND_IDEMPOTENCY_CONFLICT');
+    expect(err.runId).toBe('run_idem');
+    // The same key in another run is another event.
+    const elsewhere = await appendEvent(world, 'run_idem_2', input);
+    expect(elsewhere.sequence).toBe(1);
+    expect((await listEvents(world, 'run_idem')).length).toBe(2);
+  });
+
+  it('rejects every bad input with its typed error, writing nothing and consuming no sequence', async () => {
+    const world = makeWorld();
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic.self = { back: cyclic };
+    let deep: unknown = {};
+    for (let i = 0; i < 1000; i++) deep = { d: deep };
+    const bad: Array<[string, () => Promise<unknown>, Function, string | undefined]> = [
+      ['NaN', () => appendEvent(world, 'run_bad', { type: 'x', payload: { a: [1, NaN] } }), EventValidationError, 'payload.a[1]'],
+      ['Infinity', () => appendEvent(world, 'run_bad', { type: 'x', payload: { b: -Infinity } }), EventValidationError, 'payload.b'],
+      ['BigInt', () => appendEvent(world, 'run_bad', { type: 'x', payload: { n: 1n } }), EventValidationError, 'payload.n'],
+      ['function', () => appendEvent(world, 'run_bad', { type: 'x', payload: { f() {} } }), EventValidationError, 'payload.f'],
+      ['symbol', () => appendEvent(world, 'run_bad', { type: 'x', payload: { s: Symbol('x') } }), EventValidationError, 'payload.s'],
+      ['undefined in array', () => appendEvent(world, 'run_bad', { type: 'x', payload: { a: [undefined] } }), EventValidationError, 'payload.a[0]'],
+      ['cycle', () => appendEvent(world, 'run_bad', { type: 'x', payload: cyclic }), EventValidationError, 'payload.self.back'],
+      ['1001 levels', () => appendEvent(world, 'run_bad', { type: 'x', payload: { deep } }), EventValidationError, undefined],
+      ['lone surrogate', () => appendEvent(world, 'run_bad', { type: 'x', payload: { s: 'a\udc00' } }), EventValidationError, 'payload.s'],
+      ['costUsd', () => appendEvent(world, 'run_bad', { type: 'x', payload: { r: { usage: { costUsd: 0.1 } } } }), EventValidationError, 'payload.r.usage.costUsd'],
+      ['costUsd on a model response', () => appendEvent(world, 'run_bad', { type: 'harness.model.responded', appendIdempotencyKey: 'k', payload: modelResponded(1, { response: { usage: { inputTokens: 1, outputTokens: 1, costUsd: 1 } } }) }), EventValidationError, 'payload.response.usage.costUsd'],
+      ['harness without key', () => appendEvent(world, 'run_bad', { type: 'harness.model.responded', payload: modelResponded(1) }), EventValidationError, 'appendIdempotencyKey'],
+      ['missing required field', () => appendEvent(world, 'run_bad', { type: 'harness.model.responded', appendIdempotencyKey: 'k2', payload: { turn: 1 } }), EventValidationError, 'payload.callId'],
+      ['negative tokens', () => appendEvent(world, 'run_bad', { type: 'harness.model.responded', appendIdempotencyKey: 'k3', payload: modelResponded(1, { response: { usage: { inputTokens: -1, outputTokens: 1 } } }) }), EventValidationError, 'payload.response.usage.inputTokens'],
+      ['cached above input', () => appendEvent(world, 'run_bad', { type: 'harness.model.responded', appendIdempotencyKey: 'k4', payload: modelResponded(1, { response: { usage: { inputTokens: 1, outputTokens: 1, cachedInputTokens: 2 } } }) }), EventValidationError, 'payload.response.usage.cachedInputTokens'],
+      ['payload not an object', () => appendEvent(world, 'run_bad', { type: 'x', payload: [1] as never }), EventValidationError, 'payload'],
+      ['missing artifact', () => appendEvent(world, 'run_bad', { type: 'x', payload: { ref: 'artifact://art_0123456789abcdef' } }), ArtifactNotFoundError, undefined],
+      ['malformed run id', () => appendEvent(world, 'run_../../etc', { type: 'x', payload: {} }), WorldPathError, undefined],
+      ['run id too long', () => appendEvent(world, `run_${'a'.repeat(81)}`, { type: 'x', payload: {} }), WorldPathError, undefined],
+      ['run id not a string', () => appendEvent(world, 7 as never, { type: 'x', payload: {} }), WorldPathError, undefined],
+      ['type not a string', () => appendEvent(world, 'run_bad', { type: 3 as never, payload: {} }), EventValidationError, 'type'],
+      ['empty type', () => appendEvent(world, 'run_bad', { type: '', payload: {} }), EventValidationError, 'type'],
+    ];
+    for (const [name, attempt, cls, path] of bad) {
+      const err = await rejection(attempt());
+      expect(err, name).toBeInstanceOf(cls);
+      expect(err, name).toBeInstanceOf(WorldError);
+      expect(typeof err.code, name).toBe('string');
+      if (path !== undefined) expect(err.path, name).toBe(path);
+    }
+    expect(await listEvents(world, 'run_bad')).toEqual([]);
+    const ok = await appendEvent(world, 'run_bad', { type: 'x', payload: { fine: true } });
+    expect(ok.sequence).toBe(1);
+  });
+
+  it('omits undefined fields and honours toJSON, as JSON does', async () => {
+    const world = makeWorld();
+    const at = new Date('2026-01-02T03:04:05.678Z');
+    const env = await appendEvent(world, 'run_json', { type: 'x', payload: { at, gone: undefined, n: -0, nested: { toJSON: () => ['y'] } } });
+    expect(env.payload).toEqual({ at: '2026-01-02T03:04:05.678Z', n: 0, nested: ['y'] });
+  });
+
+  it('rejects calls on a closed world with WorldClosedError', async () => {
+    const world = makeWorld();
+    await appendEvent(world, 'run_c', { type: 'x', payload: {} });
+    await world.close();
+    await world.close();
+    const err = await rejection(appendEvent(world, 'run_c', { type: 'x', payload: {} }));
+    expect(err).toBeInstanceOf(WorldClosedError);
+    expect(err.code).toBe('WORLD_CLOSED');
+    expect(await rejection(listEvents(world, 'run_c'))).toBeInstanceOf(WorldClosedError);
+  });
+});
+
+describe('validateEventLogShape', () => {
+  async function someLog(world: World): Promise<EventEnvelope[]> {
+    for (let i = 0; i < 3; i++) await appendEvent(world, 'run_shape', { type: 'StepStarted', payload: { stepPath: `s${i}` } });
+    return JSON.parse(JSON.stringify(await listEvents(world, 'run_shape')));
+  }
+
+  it('finds holes, reordering, other runs and tampered payloads', async () => {
+    const world = worldKinds[2][1]();
+    const log = await someLog(world);
+    validateEventLogShape(log);
+    const cases: Array<[string, EventEnvelope[]]> = [
+      ['hole', [log[0], log[2]]],
+      ['reordered', [log[1], log[0], log[2]]],
+      ['duplicate', [log[0], log[0]]],
+      ['starts at 2', [log[1]]],
+      ['tampered payload', [log[0], { ...log[1], payload: { stepPath: 'evil' } }, log[2]]],
+      ['tampered id', [{ ...log[0], eventId: 'evt_0000000000000000' }]],
+      ['other run', [log[0], { ...log[1], runId: 'run_else' }]],
+      ['not envelopes', [{} as EventEnvelope]],
+    ];
+    for (const [name, events] of cases) {
+      let caught: unknown;
+      try {
+        validateEventLogShape(events);
+      } catch (e) {
+        caught = e;
+      }
+      expect(caught, name).toBeInstanceOf(EventLogCorruptError);
+      expect((caught as WorldError).code, name).toBe('EVENT_LOG_CORRUPT');
+    }
+  });
+});

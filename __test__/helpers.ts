@@ -1,0 +1,38 @@
+// Shared test helpers: a temporary directory per test, and the kinds of world every
+// conformance test runs against.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach } from 'vitest';
+import { localWorld, virtualWorld, type World } from '@little-workflow/world';
+
+const dirs: string[] = [];
+const worlds: World[] = [];
+
+afterEach(async () => {
+  await Promise.all(worlds.splice(0).map((w) => w.close()));
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** A fresh temporary directory, removed after the test. */
+export function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), 'little-world-test-'));
+  dirs.push(d);
+  return d;
+}
+
+/** Remember a world so it is closed after the test. */
+export function track<W extends World>(w: W): W {
+  worlds.push(w);
+  return w;
+}
+
+/** The kinds of world the contract is checked against. */
+export const worldKinds: ReadonlyArray<readonly [string, () => World]> = [
+  ['localWorld', () => track(localWorld({ dataDir: tempDir() }))],
+  ['localWorld (durability normal)', () => track(localWorld({ dataDir: tempDir(), durability: 'normal' }))],
+  ['virtualWorld', () => track(virtualWorld())],
+];
+
+/** The root of the package, for spawning scripts. */
+export const packageRoot = join(__dirname, '..');

@@ -1,0 +1,402 @@
+/**
+ * @little-workflow/world: the durable storage layer of a TypeScript workflow runtime.
+ *
+ * This module is the thin front of a Rust core. It checks what only JavaScript can see (values
+ * JSON cannot carry exactly, such as NaN, BigInt, cycles or `undefined` in an array), turns
+ * payloads into JSON text on the way in and frozen objects on the way out, and maps the core's
+ * error codes to the error classes below. Every rule about events lives in the core.
+ */
+import { join } from 'node:path';
+import * as native from './index.js';
+
+type NativeWorld = native.NativeWorld;
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/** Base class of every error the package throws; `code` is stable, the message is for people. */
+export class WorldError extends Error {
+  readonly code: string;
+  /** The run the error is about, when there is one. */
+  readonly runId?: string;
+  /** The field the error is about (`payload.a[3].b`), when there is one. */
+  readonly path?: string;
+  /** The sequence the error is about, when there is one. */
+  readonly sequence?: number;
+  /** The artifact the error is about, when there is one. */
+  readonly artifactId?: string;
+  /** Other context from the core (lock name, owner pid, sequences of refused rows, …). */
+  readonly details: Readonly<Record<string, unknown>>;
+
+  constructor(code: string, message: string, details: Record<string, unknown> = {}, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+    const d = Object.fromEntries(Object.entries(details).filter(([, v]) => v !== null && v !== undefined));
+    this.details = Object.freeze(d);
+    if (typeof d.runId === 'string') this.runId = d.runId;
+    if (typeof d.path === 'string') this.path = d.path;
+    if (typeof d.sequence === 'number') this.sequence = d.sequence;
+    if (typeof d.artifactId === 'string') this.artifactId = d.artifactId;
+  }
+}
+
+/** A run id, session id or data directory is malformed, or the directory is not a world. */
+export class WorldPathError extends WorldError {}
+/** A call was made on a closed world. */
+export class WorldClosedError extends WorldError {}
+/** An event (or other input) failed validation; `path` names the field. */
+export class EventValidationError extends WorldError {}
+/** An idempotency key was reused for different content. */
+export class EventAppendIdempotencyConflictError extends WorldError {}
+/** No artifact with that id exists in the world. */
+export class ArtifactNotFoundError extends WorldError {}
+/** Stored data failed an integrity check: tampering or disk damage. */
+export class RuntimeIntegrityError extends WorldError {}
+/** An artifact's bytes do not hash to its manifest's `sha256`. */
+export class ArtifactHashMismatchError extends RuntimeIntegrityError {}
+/** An artifact manifest is unreadable or disagrees with its blob. */
+export class ArtifactManifestCorruptError extends RuntimeIntegrityError {}
+/** The event log is damaged (a hole, an id that does not match, an unparseable row). */
+export class EventLogCorruptError extends RuntimeIntegrityError {}
+/** A lock is held by a live owner. */
+export class RunLockedError extends WorldError {}
+/** An outer-loop manifest was written with another `inputHash` than the stored one. */
+export class OuterLoopInputMismatchError extends WorldError {}
+/** A replay read found rows it would have to drop. */
+export class ReplayRefusedError extends WorldError {}
+/** The file system or the database failed (disk full, permissions, I/O error). */
+export class WorldIoError extends WorldError {}
+
+type ErrorClass = new (code: string, message: string, details?: Record<string, unknown>, options?: { cause?: unknown }) => WorldError;
+
+const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze({
+  WORLD_PATH: WorldPathError,
+  WORLD_CLOSED: WorldClosedError,
+  EVENT_VALIDATION: EventValidationError,
+  EVENT_APPEND_IDEMPOTENCY_CONFLICT: EventAppendIdempotencyConflictError,
+  ARTIFACT_NOT_FOUND: ArtifactNotFoundError,
+  RUNTIME_INTEGRITY: RuntimeIntegrityError,
+  ARTIFACT_HASH_MISMATCH: ArtifactHashMismatchError,
+  ARTIFACT_MANIFEST_CORRUPT: ArtifactManifestCorruptError,
+  EVENT_LOG_CORRUPT: EventLogCorruptError,
+  RUN_LOCKED: RunLockedError,
+  OUTER_LOOP_INPUT_MISMATCH: OuterLoopInputMismatchError,
+  REPLAY_REFUSED: ReplayRefusedError,
+  WORLD_IO: WorldIoError,
+});
+
+/** Turn an error from the native core into its class; anything else passes through. */
+function fromNative(err: unknown): unknown {
+  if (err instanceof WorldError || !(err instanceof Error)) return err;
+  const code = (err as { code?: unknown }).code;
+  const cls = typeof code === 'string' ? ERROR_CLASSES[code] : undefined;
+  if (!cls) return err;
+  let details: Record<string, unknown> = {};
+  const raw = (err as { details?: unknown }).details;
+  if (typeof raw === 'string') {
+    try {
+      details = JSON.parse(raw) as Record<string, unknown>;
+    } catch {
+      details = {};
+    }
+  }
+  return new cls(code as string, err.message, details);
+}
+
+/** Run a native call, turning its errors (thrown or rejected) into the error classes. */
+async function call<T>(f: () => Promise<T> | T): Promise<T> {
+  try {
+    return await f();
+  } catch (err) {
+    throw fromNative(err);
+  }
+}
+
+function callSync<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (err) {
+    throw fromNative(err);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values in and out
+
+/** Deepest nesting of arrays and objects a payload may have. */
+const MAX_DEPTH = 1000;
+
+function renderPath(root: string, segs: readonly (string | number)[]): string {
+  let s = root;
+  for (const seg of segs) {
+    if (typeof seg === 'number') s += `[${seg}]`;
+    else if (/^[A-Za-z_$][A-Za-z0-9_$]*$/.test(seg)) s += `.${seg}`;
+    else s += `[${JSON.stringify(seg)}]`;
+  }
+  return s;
+}
+
+/**
+ * JSON text of `value`, refusing anything JSON cannot carry exactly: NaN and ±Infinity, BigInt,
+ * functions, symbols, `undefined` inside an array, Map and Set, lone surrogates, cycles, and
+ * nesting deeper than 1,000 levels. An `undefined` object field is omitted and `toJSON` is
+ * honoured, as `JSON.stringify` does. Errors name the path, such as `payload.a[3].b`.
+ */
+function toJsonText(value: unknown, root: string, runId?: string): string {
+  const segs: (string | number)[] = [];
+  const ancestors = new Set<object>();
+  const fail = (message: string, at = renderPath(root, segs)): never => {
+    throw new EventValidationError('EVENT_VALIDATION', `${at}: ${message}`, { path: at, runId });
+  };
+  const walk = (v: unknown, key: string, depth: number, inArray: boolean): void => {
+    if (v !== null && typeof v === 'object' && typeof (v as { toJSON?: unknown }).toJSON === 'function') {
+      v = (v as { toJSON(k: string): unknown }).toJSON(key);
+    }
+    switch (typeof v) {
+      case 'string':
+        if (!v.isWellFormed()) fail('contains a lone surrogate, which JSON cannot carry exactly');
+        return;
+      case 'number':
+        if (!Number.isFinite(v)) fail(`${v} cannot be stored in JSON`);
+        return;
+      case 'boolean':
+        return;
+      case 'bigint':
+        fail('a BigInt cannot be stored in JSON; convert it to a string or a safe number');
+        return;
+      case 'undefined':
+        if (inArray) fail('undefined inside an array cannot be stored in JSON (it would become null)');
+        return;
+      case 'function':
+      case 'symbol':
+        fail(`a ${typeof v} cannot be stored in JSON`);
+        return;
+    }
+    if (v === null) return;
+    const obj = v as object;
+    if (obj instanceof Map || obj instanceof Set) fail(`a ${obj instanceof Map ? 'Map' : 'Set'} cannot be stored in JSON; convert it to an object or an array`);
+    if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) {
+      walk(obj.valueOf(), key, depth, inArray);
+      return;
+    }
+    if (depth > MAX_DEPTH) fail(`is nested deeper than ${MAX_DEPTH} levels`);
+    if (ancestors.has(obj)) fail('is a cycle: the value contains itself');
+    ancestors.add(obj);
+    if (Array.isArray(obj)) {
+      for (let i = 0; i < obj.length; i++) {
+        segs.push(i);
+        walk(obj[i], String(i), depth + 1, true);
+        segs.pop();
+      }
+    } else {
+      for (const k of Object.keys(obj)) {
+        segs.push(k);
+        if (!k.isWellFormed()) fail('this key contains a lone surrogate, which JSON cannot carry exactly');
+        const field = (obj as Record<string, unknown>)[k];
+        if (field !== undefined) walk(field, k, depth + 1, false);
+        segs.pop();
+      }
+    }
+    ancestors.delete(obj);
+  };
+  try {
+    walk(value, '', 1, false);
+    return JSON.stringify(value);
+  } catch (err) {
+    if (err instanceof WorldError) throw err;
+    return fail(`could not be read: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const k of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[k]);
+  }
+  return value;
+}
+
+/** Parse JSON text from the core and deep-freeze it. */
+function frozen<T>(text: string): T {
+  return deepFreeze(JSON.parse(text) as T);
+}
+
+function isPlainRecord(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** RFC 8785 canonical JSON of a value, exactly as the world stores it. */
+export function canonicalize(value: unknown): string {
+  const text = toJsonText(value, 'value');
+  if (text === undefined) throw new EventValidationError('EVENT_VALIDATION', 'value: cannot be stored in JSON', { path: 'value' });
+  return callSync(() => native.canonicalizeJson(text));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worlds
+
+/** How durable an append is when its promise resolves. */
+export type Durability = 'full' | 'normal';
+
+/** An open world. Pass it to the functions of this module. */
+export interface World {
+  readonly kind: 'local' | 'virtual';
+  /** The resolved data directory of a local world. */
+  readonly dataDir?: string;
+  /** Finish queued appends and release the world; later calls reject with `WorldClosedError`. */
+  close(): Promise<void>;
+}
+
+/** Options of {@link localWorld}. */
+export interface LocalWorldOptions {
+  /** Default: `join(process.cwd(), '.little-workflow')`. */
+  dataDir?: string;
+  /** Default `'full'`: an append resolves only after its commit is on disk. */
+  durability?: Durability;
+}
+
+const natives = new WeakMap<World, NativeWorld>();
+
+class OpenWorld implements World {
+  readonly kind: 'local' | 'virtual';
+  readonly dataDir?: string;
+
+  constructor(handle: NativeWorld) {
+    this.kind = handle.kind as 'local' | 'virtual';
+    if (handle.dataDir !== null) this.dataDir = handle.dataDir;
+    natives.set(this, handle);
+    Object.freeze(this);
+  }
+
+  close(): Promise<void> {
+    return call(() => nativeOf(this).close());
+  }
+}
+
+function nativeOf(world: World): NativeWorld {
+  const handle = natives.get(world);
+  if (!handle) throw new TypeError('expected a World returned by localWorld() or virtualWorld()');
+  return handle;
+}
+
+function options<T extends object>(value: T | undefined, name: string): Partial<T> {
+  if (value === undefined) return {};
+  if (!isPlainRecord(value)) throw new TypeError(`${name} must be an object`);
+  return value;
+}
+
+/** Open (creating if needed) a world on disk: SQLite in WAL mode plus artifact files. */
+export function localWorld(opts?: LocalWorldOptions): World {
+  const o = options(opts, 'localWorld options');
+  const dataDir = o.dataDir ?? join(process.cwd(), '.little-workflow');
+  if (typeof dataDir !== 'string' || dataDir.length === 0) {
+    throw new WorldPathError('WORLD_PATH', 'dataDir must be a non-empty string', { path: 'dataDir' });
+  }
+  const durability = o.durability ?? 'full';
+  return new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability)));
+}
+
+/** Open a fresh world in memory: the same rules, nothing on disk. */
+export function virtualWorld(opts?: Record<string, never>): World {
+  options(opts, 'virtualWorld options');
+  return new OpenWorld(native.NativeWorld.openVirtual());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Event log
+
+/** One committed fact of a run. */
+export type EventEnvelope = {
+  /** `evt_` + the first 16 hex of sha256(JCS({runId, sequence, type, payload})). */
+  readonly eventId: string;
+  readonly runId: string;
+  /** 1-based, dense, strictly monotonic per run. */
+  readonly sequence: number;
+  readonly type: string;
+  readonly appendIdempotencyKey?: string;
+  /** `sha256:` + hex(sha256(JCS({runId, type, payload}))), set with a key. */
+  readonly canonicalRequestDigest?: string;
+  /** ISO-8601 UTC, millisecond precision. */
+  readonly recordedAt: string;
+  readonly payload: Readonly<Record<string, unknown>>;
+};
+
+/** What to append. */
+export interface AppendEventInput {
+  type: string;
+  payload: Record<string, unknown>;
+  /** Required for every type that starts with `harness.`. */
+  appendIdempotencyKey?: string;
+}
+
+function checkRunIdType(runId: unknown, what = 'runId'): string {
+  if (typeof runId !== 'string') {
+    throw new WorldPathError('WORLD_PATH', `${what} must be a string, not ${runId === null ? 'null' : typeof runId}`, { path: what });
+  }
+  return runId;
+}
+
+function invalid(path: string, message: string, runId?: string): never {
+  throw new EventValidationError('EVENT_VALIDATION', `${path}: ${message}`, { path, runId });
+}
+
+/**
+ * Append an event to a run's log. Resolves with the committed, deep-frozen envelope once its row
+ * is committed (as durably as the world's `durability` says). A rejected append writes nothing
+ * and consumes no sequence number.
+ */
+export async function appendEvent(world: World, runId: string, input: AppendEventInput): Promise<EventEnvelope> {
+  const handle = nativeOf(world);
+  checkRunIdType(runId);
+  if (!isPlainRecord(input)) invalid('input', 'must be an object with type and payload', runId);
+  const { type, payload, appendIdempotencyKey } = input;
+  if (typeof type !== 'string') invalid('type', 'must be a string', runId);
+  if (appendIdempotencyKey !== undefined && typeof appendIdempotencyKey !== 'string') {
+    invalid('appendIdempotencyKey', 'must be a string', runId);
+  }
+  if (!isPlainRecord(payload)) invalid('payload', 'must be an object', runId);
+  const payloadJson = toJsonText(payload, 'payload', runId);
+  const text = await call(() => handle.append(runId, type, payloadJson, appendIdempotencyKey));
+  return frozen<EventEnvelope>(text);
+}
+
+/** Options of {@link listEvents}. */
+export interface ListEventsOptions {
+  /** Only events with a greater sequence. Default 0. */
+  afterSequence?: number;
+  /** At most this many events. */
+  limit?: number;
+}
+
+/** A run's committed envelopes in sequence order, deep-frozen. */
+export async function listEvents(world: World, runId: string, opts?: ListEventsOptions): Promise<readonly EventEnvelope[]> {
+  const handle = nativeOf(world);
+  checkRunIdType(runId);
+  const o = options(opts, 'listEvents options');
+  for (const name of ['afterSequence', 'limit'] as const) {
+    const v = o[name];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) {
+      invalid(name, 'must be a non-negative safe integer', runId);
+    }
+  }
+  const text = await call(() => handle.list(runId, o.afterSequence, o.limit));
+  return frozen<EventEnvelope[]>(text);
+}
+
+/**
+ * Check that `events` is one run's log as the world writes it: sequences 1..n in order, each
+ * `eventId` (and `canonicalRequestDigest`) matching its content. Throws `EventLogCorruptError`.
+ */
+export function validateEventLogShape(events: readonly EventEnvelope[]): void {
+  if (!Array.isArray(events)) {
+    throw new EventLogCorruptError('EVENT_LOG_CORRUPT', 'expected an array of envelopes', {});
+  }
+  let text: string;
+  try {
+    text = toJsonText(events, 'events');
+  } catch (err) {
+    throw new EventLogCorruptError('EVENT_LOG_CORRUPT', `the log cannot be read as JSON: ${(err as Error).message}`, {}, { cause: err });
+  }
+  callSync(() => native.validateEventLogShapeJson(text));
+}
