@@ -30,7 +30,8 @@ function prebuiltLoads() {
 
 function napiCli() {
   try {
-    return require.resolve('@napi-rs/cli/dist/cli.js', { paths: [root] });
+    // The package exports only its API; its command line sits beside the API's entry file.
+    return join(dirname(require.resolve('@napi-rs/cli', { paths: [root] })), 'cli.js');
   } catch {
     return null;
   }
