@@ -28,6 +28,13 @@ export declare class NativeWorld {
   append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null): Promise<string>
   /** Committed envelopes of a run after `afterSequence`, at most `limit`, as a JSON array text. */
   list(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null): Promise<string>
+  /**
+   * Publish an artifact; resolves with its manifest's JSON. `text` carries a `json` payload (as
+   * JSON text) or a `utf8` one; `bytes` a `bytes` one, read in place off the JavaScript thread.
+   */
+  writeArtifact(runId: string, stepPath: string, name: string, contentType: string, encoding: string, text?: string | undefined | null, bytes?: Buffer | undefined | null): Promise<string>
+  /** Read and verify an artifact; resolves with `[manifestJson, payload]`. */
+  readArtifact(reference: string): Promise<[string, string | Buffer]>
   /** Stop accepting work; resolves once every queued append has committed. */
   close(): Promise<void>
 }

@@ -400,3 +400,94 @@ export function validateEventLogShape(events: readonly EventEnvelope[]): void {
   }
   callSync(() => native.validateEventLogShapeJson(text));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Artifacts
+
+/** How an artifact's payload is carried. */
+export type ArtifactEncoding = 'json' | 'utf8' | 'bytes';
+
+/** What describes a stored artifact. */
+export type ArtifactManifest = {
+  /** `art_` + the first 16 hex of sha256(JCS({runId, stepPath, name, contentType, encoding, payloadHash})). */
+  readonly artifactId: string;
+  /** `artifact://` + artifactId: the form events carry. */
+  readonly artifactRef: string;
+  readonly runId: string;
+  readonly stepPath: string;
+  readonly name: string;
+  readonly contentType: string;
+  readonly encoding: ArtifactEncoding;
+  /** `sha256:` + hex of the payload bytes. */
+  readonly sha256: string;
+  readonly sizeBytes: number;
+  readonly createdAt: string;
+};
+
+/** What to store. */
+export type WriteArtifactInput = {
+  runId: string;
+  stepPath: string;
+  name: string;
+  contentType: string;
+} & (
+  | { encoding: 'json'; payload: unknown }
+  | { encoding: 'utf8'; payload: string }
+  | { encoding: 'bytes'; payload: Uint8Array }
+);
+
+/** A stored artifact, verified. */
+export type ReadArtifactResult = {
+  readonly manifest: ArtifactManifest;
+  /** The JSON value for `json`, a string for `utf8`, a Buffer for `bytes`. */
+  readonly payload: unknown;
+};
+
+/**
+ * Store a payload as a content-addressed artifact and resolve with its manifest. Writing the same
+ * artifact again verifies the stored blob and returns the stored manifest. Hashing and file I/O run
+ * on the world's own threads; a `bytes` payload is read in place, so do not modify it until the
+ * promise settles.
+ */
+export async function writeArtifact(world: World, input: WriteArtifactInput): Promise<ArtifactManifest> {
+  const handle = nativeOf(world);
+  if (!isPlainRecord(input)) invalid('input', 'must be an object');
+  const { runId, stepPath, name, contentType, encoding, payload } = input as Record<string, unknown>;
+  checkRunIdType(runId, 'input.runId');
+  for (const [field, v] of [['stepPath', stepPath], ['name', name], ['contentType', contentType]] as const) {
+    if (typeof v !== 'string') invalid(`input.${field}`, 'must be a string', runId as string);
+  }
+  let text: string | undefined;
+  let bytes: Buffer | undefined;
+  if (encoding === 'json') {
+    if (payload === undefined) invalid('input.payload', 'is missing', runId as string);
+    text = toJsonText(payload, 'input.payload', runId as string);
+  } else if (encoding === 'utf8') {
+    if (typeof payload !== 'string') invalid('input.payload', "must be a string for encoding 'utf8'", runId as string);
+    if (!(payload as string).isWellFormed()) invalid('input.payload', 'contains a lone surrogate, which UTF-8 cannot carry', runId as string);
+    text = payload as string;
+  } else if (encoding === 'bytes') {
+    if (!(payload instanceof Uint8Array)) invalid('input.payload', "must be a Uint8Array for encoding 'bytes'", runId as string);
+    const u8 = payload as Uint8Array;
+    bytes = Buffer.isBuffer(u8) ? u8 : Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
+  } else {
+    invalid('input.encoding', "must be 'json', 'utf8' or 'bytes'", runId as string);
+  }
+  const json = await call(() =>
+    handle.writeArtifact(runId as string, stepPath as string, name as string, contentType as string, encoding as string, text, bytes),
+  );
+  return frozen<ArtifactManifest>(json);
+}
+
+/**
+ * Read an artifact by reference (`artifact://art_…` or `art_…`), re-hashing its bytes. Throws
+ * `ArtifactNotFoundError`, `ArtifactHashMismatchError` or `ArtifactManifestCorruptError`.
+ */
+export async function readArtifact(world: World, ref: string): Promise<ReadArtifactResult> {
+  const handle = nativeOf(world);
+  if (typeof ref !== 'string') invalid('ref', 'must be a string');
+  const [manifestJson, raw] = await call(() => handle.readArtifact(ref));
+  const manifest = frozen<ArtifactManifest>(manifestJson);
+  const payload = manifest.encoding === 'json' ? JSON.parse(raw as string) : raw;
+  return Object.freeze({ manifest, payload });
+}

@@ -1,29 +1,225 @@
 //! Content-addressed artifacts: `<dataDir>/artifacts/<id>.json` beside `artifacts/blobs/<id>.bin`.
+//!
+//! An artifact's id is a hash of who made it and of its bytes, so writing the same thing twice
+//! yields the same artifact. Publishing is crash-safe and race-safe:
+//!
+//! 1. the bytes stream into `blobs/<…>.<pid>.<n>.tmp`, hashed on the way, then fsynced;
+//! 2. the temporary blob is renamed to `blobs/<id>.bin` and the directory fsynced;
+//! 3. the manifest is written to a temporary file, fsynced, and hard-linked to `<id>.json`, which
+//!    fails if another writer got there first (then its manifest is the answer); the directory is
+//!    fsynced.
+//!
+//! So a manifest never exists without its complete blob, and concurrent writers, in one process or
+//! several, end with one intact artifact. A temporary file left by a crash is ignored by readers
+//! and removed when a world next opens the directory, once its writer process is gone. Every read
+//! re-hashes the bytes and checks the manifest against its own id.
 
+use crate::core::canonical;
+use crate::core::clock;
 use crate::core::error::{Result, WorldError};
-use crate::core::events::ArtifactLookup;
-use std::collections::HashMap;
+use crate::core::events::Artifacts;
+use crate::core::ids;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The scheme of an artifact reference string.
+pub const REF_PREFIX: &str = "artifact://";
+
+/// Bytes copied, hashed and written at a time.
+const CHUNK: usize = 1 << 20;
+
+/// How a payload is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// Any JSON value, stored as its canonical JSON.
+    Json,
+    /// A string, stored as UTF-8.
+    Utf8,
+    /// Raw bytes.
+    Bytes,
+}
+
+impl Encoding {
+    /// Parse `json`, `utf8` or `bytes`.
+    pub fn parse(s: &str) -> Result<Encoding> {
+        match s {
+            "json" => Ok(Encoding::Json),
+            "utf8" => Ok(Encoding::Utf8),
+            "bytes" => Ok(Encoding::Bytes),
+            _ => Err(WorldError::validation(
+                "input.encoding",
+                "must be 'json', 'utf8' or 'bytes'",
+            )),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Json => "json",
+            Encoding::Utf8 => "utf8",
+            Encoding::Bytes => "bytes",
+        }
+    }
+}
+
+/// What describes an artifact, as stored in `<id>.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub artifact_id: String,
+    pub artifact_ref: String,
+    pub run_id: String,
+    pub step_path: String,
+    pub name: String,
+    pub content_type: String,
+    pub encoding: Encoding,
+    pub sha256: String,
+    pub size_bytes: u64,
+    pub created_at: String,
+}
+
+impl Manifest {
+    /// The manifest's canonical JSON.
+    pub fn to_json(&self) -> String {
+        canonical::to_string(&serde_json::to_value(self).expect("a manifest serializes"))
+    }
+}
+
+/// Who makes an artifact, and how its payload is carried.
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub run_id: String,
+    pub step_path: String,
+    pub name: String,
+    pub content_type: String,
+    pub encoding: Encoding,
+}
+
+/// A payload on its way in.
+pub enum Data {
+    /// JSON text (for `json`, canonicalized before storing) or a string (for `utf8`).
+    Text(String),
+    /// Text that is already canonical JSON (for `json`), stored as is.
+    Canonical(String),
+    /// Bytes owned elsewhere (a JavaScript buffer); read in chunks, never copied whole.
+    Shared(Box<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+/// `art_` + the first 16 hex of sha256(JCS({runId, stepPath, name, contentType, encoding, payloadHash})).
+pub fn artifact_id(meta: &NewArtifact, payload_hash: &str) -> String {
+    let pre = serde_json::json!({
+        "runId": meta.run_id,
+        "stepPath": meta.step_path,
+        "name": meta.name,
+        "contentType": meta.content_type,
+        "encoding": meta.encoding.as_str(),
+        "payloadHash": payload_hash,
+    });
+    let digest = Sha256::digest(canonical::to_string(&pre).as_bytes());
+    format!("art_{}", hex::encode(&digest[..8]))
+}
+
+/// The id in `artifact://art_…` or `art_…`.
+pub fn parse_ref(s: &str) -> Result<&str> {
+    let id = s.strip_prefix(REF_PREFIX).unwrap_or(s);
+    if crate::core::events::known::is_artifact_id(id) {
+        Ok(id)
+    } else {
+        Err(WorldError::validation(
+            "ref",
+            "must be artifact://art_<16 hex> or art_<16 hex>",
+        ))
+    }
+}
+
+fn check_meta(meta: &NewArtifact) -> Result<()> {
+    ids::check_run_id(&meta.run_id)?;
+    for (field, value, may_be_empty) in [
+        ("input.stepPath", &meta.step_path, true),
+        ("input.name", &meta.name, false),
+        ("input.contentType", &meta.content_type, false),
+    ] {
+        if (!may_be_empty && value.is_empty()) || value.len() > 1024 {
+            let what = if may_be_empty { "a string" } else { "a non-empty string" };
+            return Err(
+                WorldError::validation(field, format!("must be {what} of at most 1024 bytes")).for_run(&meta.run_id),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The bytes to store for a payload, checked against its encoding.
+fn payload_bytes(meta: &NewArtifact, data: Data) -> Result<Payload> {
+    match (meta.encoding, data) {
+        (Encoding::Json, Data::Text(text)) => canonical::canonicalize_text(&text)
+            .map(|c| Payload::Owned(c.into_bytes()))
+            .map_err(|e| WorldError::validation("input.payload", e.to_string()).for_run(&meta.run_id)),
+        (Encoding::Json, Data::Canonical(c)) | (Encoding::Utf8, Data::Text(c)) => Ok(Payload::Owned(c.into_bytes())),
+        (Encoding::Bytes, Data::Shared(b)) => Ok(Payload::Shared(b)),
+        (encoding, _) => Err(WorldError::validation(
+            "input.payload",
+            match encoding {
+                Encoding::Json => "must be a JSON value for encoding 'json'",
+                Encoding::Utf8 => "must be a string for encoding 'utf8'",
+                Encoding::Bytes => "must be a Uint8Array for encoding 'bytes'",
+            },
+        )
+        .for_run(&meta.run_id)),
+    }
+}
+
+enum Payload {
+    Owned(Vec<u8>),
+    Shared(Box<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl Payload {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Owned(v) => v,
+            Payload::Shared(b) => (**b).as_ref(),
+        }
+    }
+}
 
 /// The artifacts of one world, on disk or in memory.
 pub struct ArtifactStore {
     backend: Backend,
+    /// Artifacts being written by this process, so writers of one artifact take turns.
+    writing: Mutex<HashSet<String>>,
+    turn_over: Condvar,
 }
 
+/// An artifact kept in memory: its manifest and its bytes.
+type Stored = (Manifest, Arc<Vec<u8>>);
+
 enum Backend {
-    Local { dir: PathBuf },
-    Memory(Mutex<HashMap<String, (String, Vec<u8>)>>),
+    Local { dir: PathBuf, blobs: PathBuf },
+    Memory(Mutex<HashMap<String, Stored>>),
 }
 
 impl ArtifactStore {
-    /// The artifact store of a local world.
+    /// The artifact store of a local world; removes temporary files whose writer is gone.
     pub fn local(data_dir: &Path) -> Result<Self> {
         let dir = data_dir.join("artifacts");
-        std::fs::create_dir_all(dir.join("blobs"))
-            .map_err(|e| WorldError::io("creating the artifacts directory", Some(dir.clone()), e))?;
+        let blobs = dir.join("blobs");
+        fs::create_dir_all(&blobs)
+            .map_err(|e| WorldError::io("creating the artifacts directory", Some(blobs.clone()), e))?;
+        for d in [&dir, &blobs] {
+            remove_stale_tmp(d);
+        }
         Ok(ArtifactStore {
-            backend: Backend::Local { dir },
+            backend: Backend::Local { dir, blobs },
+            writing: Mutex::new(HashSet::new()),
+            turn_over: Condvar::new(),
         })
     }
 
@@ -31,15 +227,358 @@ impl ArtifactStore {
     pub fn memory() -> Self {
         ArtifactStore {
             backend: Backend::Memory(Mutex::new(HashMap::new())),
+            writing: Mutex::new(HashSet::new()),
+            turn_over: Condvar::new(),
+        }
+    }
+
+    /// Store a payload; returns its manifest. Writing an artifact that exists verifies the stored
+    /// blob and returns the stored manifest (a damaged one is replaced by the fresh bytes).
+    pub fn write(&self, meta: NewArtifact, data: Data) -> Result<Manifest> {
+        check_meta(&meta)?;
+        let payload = payload_bytes(&meta, data)?;
+        match &self.backend {
+            Backend::Memory(map) => {
+                let bytes = payload.bytes();
+                let sha = ids::sha256_tagged(bytes);
+                let id = artifact_id(&meta, &sha);
+                let mut map = map.lock().expect("artifact map");
+                if let Some((m, _)) = map.get(&id) {
+                    return Ok(m.clone());
+                }
+                let manifest = new_manifest(&meta, id.clone(), sha, bytes.len() as u64);
+                map.insert(id, (manifest.clone(), Arc::new(bytes.to_vec())));
+                Ok(manifest)
+            }
+            Backend::Local { dir, blobs } => self.write_local(dir, blobs, &meta, payload),
+        }
+    }
+
+    fn write_local(&self, dir: &Path, blobs: &Path, meta: &NewArtifact, payload: Payload) -> Result<Manifest> {
+        let tmp_blob = blobs.join(tmp_name("incoming"));
+        let (sha, size) = match write_hashed(&tmp_blob, payload.bytes()) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp_blob);
+                return Err(e);
+            }
+        };
+        drop(payload);
+        let id = artifact_id(meta, &sha);
+        let _turn = self.turn(&id);
+        let manifest_path = dir.join(format!("{id}.json"));
+        let blob_path = blobs.join(format!("{id}.bin"));
+        let existing = match self.read(&id) {
+            Ok((m, _)) => {
+                let _ = fs::remove_file(&tmp_blob);
+                return Ok(m);
+            }
+            Err(WorldError::ArtifactNotFound { .. }) => false,
+            Err(e) if e.code() == "WORLD_IO" => {
+                let _ = fs::remove_file(&tmp_blob);
+                return Err(e);
+            }
+            Err(_) => true, // damaged: publish the fresh bytes over it
+        };
+        let published = (|| {
+            fs::rename(&tmp_blob, &blob_path)
+                .map_err(|e| WorldError::io("publishing a blob", Some(blob_path.clone()), e))?;
+            sync_dir(blobs)?;
+            let manifest = new_manifest(meta, id.clone(), sha, size);
+            let tmp_manifest = dir.join(tmp_name(&id));
+            write_synced(&tmp_manifest, manifest.to_json().as_bytes())?;
+            let linked = if existing {
+                fs::rename(&tmp_manifest, &manifest_path)
+            } else {
+                let r = fs::hard_link(&tmp_manifest, &manifest_path);
+                let _ = fs::remove_file(&tmp_manifest);
+                r
+            };
+            match linked {
+                Ok(()) => {
+                    sync_dir(dir)?;
+                    Ok(manifest)
+                }
+                // Another process published this artifact first; its manifest is the answer.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => self.read(&id).map(|(m, _)| m),
+                Err(e) => Err(WorldError::io("publishing a manifest", Some(manifest_path.clone()), e)),
+            }
+        })();
+        if published.is_err() {
+            let _ = fs::remove_file(&tmp_blob);
+        }
+        published
+    }
+
+    /// Take this process's turn at writing artifact `id`.
+    fn turn(&self, id: &str) -> ArtifactTurn<'_> {
+        let mut busy = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        while busy.contains(id) {
+            busy = self.turn_over.wait(busy).unwrap_or_else(|p| p.into_inner());
+        }
+        busy.insert(id.to_string());
+        ArtifactTurn {
+            store: self,
+            id: id.to_string(),
+        }
+    }
+
+    /// Read an artifact and verify it: the manifest against its id, the blob's size and hash.
+    pub fn read(&self, id: &str) -> Result<(Manifest, Arc<Vec<u8>>)> {
+        match &self.backend {
+            Backend::Memory(map) => map
+                .lock()
+                .expect("artifact map")
+                .get(id)
+                .cloned()
+                .ok_or_else(|| not_found(id)),
+            Backend::Local { dir, blobs } => {
+                let manifest = load_manifest(dir, id)?;
+                let blob_path = blobs.join(format!("{id}.bin"));
+                let mut file = match File::open(&blob_path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == ErrorKind::NotFound => {
+                        return Err(WorldError::RuntimeIntegrity {
+                            reason: format!(
+                                "artifact {id}: its manifest exists but its blob {} is missing",
+                                blob_path.display()
+                            ),
+                        })
+                    }
+                    Err(e) => return Err(WorldError::io("opening a blob", Some(blob_path), e)),
+                };
+                let len = file
+                    .metadata()
+                    .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?
+                    .len();
+                if len != manifest.size_bytes {
+                    return Err(WorldError::ArtifactManifestCorrupt {
+                        artifact_id: id.to_string(),
+                        reason: format!("sizeBytes is {} but the blob holds {len} bytes", manifest.size_bytes),
+                    });
+                }
+                let mut bytes = Vec::with_capacity(len as usize);
+                let mut hasher = Sha256::new();
+                let mut chunk = vec![0u8; CHUNK.min(len as usize + 1)];
+                loop {
+                    let n = file
+                        .read(&mut chunk)
+                        .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&chunk[..n]);
+                    bytes.extend_from_slice(&chunk[..n]);
+                }
+                let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+                if actual != manifest.sha256 {
+                    return Err(WorldError::ArtifactHashMismatch {
+                        artifact_id: id.to_string(),
+                        expected: manifest.sha256,
+                        actual,
+                    });
+                }
+                if bytes.len() as u64 != manifest.size_bytes {
+                    return Err(WorldError::ArtifactManifestCorrupt {
+                        artifact_id: id.to_string(),
+                        reason: "the blob changed size while it was read".into(),
+                    });
+                }
+                Ok((manifest, Arc::new(bytes)))
+            }
+        }
+    }
+
+    /// Ids of every published artifact (temporary files are not artifacts).
+    pub fn list(&self) -> Result<Vec<String>> {
+        let mut ids: Vec<String> = match &self.backend {
+            Backend::Memory(map) => map.lock().expect("artifact map").keys().cloned().collect(),
+            Backend::Local { dir, .. } => fs::read_dir(dir)
+                .map_err(|e| WorldError::io("listing artifacts", Some(dir.clone()), e))?
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(".json"))
+                        .map(str::to_string)
+                })
+                .filter(|id| crate::core::events::known::is_artifact_id(id))
+                .collect(),
+        };
+        ids.sort();
+        Ok(ids)
+    }
+}
+
+impl Artifacts for ArtifactStore {
+    fn artifact_exists(&self, artifact_id: &str) -> Result<bool> {
+        match &self.backend {
+            Backend::Local { dir, .. } => Ok(dir.join(format!("{artifact_id}.json")).is_file()),
+            Backend::Memory(map) => Ok(map.lock().expect("artifact map").contains_key(artifact_id)),
+        }
+    }
+
+    fn store_json(&self, run_id: &str, step_path: &str, name: &str, canonical_json: String) -> Result<String> {
+        let meta = NewArtifact {
+            run_id: run_id.to_string(),
+            step_path: step_path.to_string(),
+            name: name.to_string(),
+            content_type: "application/json".to_string(),
+            encoding: Encoding::Json,
+        };
+        self.write(meta, Data::Canonical(canonical_json)).map(|m| m.artifact_id)
+    }
+}
+
+/// One writer's turn at an artifact: while it lives, no other writer in this process touches `id`.
+struct ArtifactTurn<'a> {
+    store: &'a ArtifactStore,
+    id: String,
+}
+
+impl Drop for ArtifactTurn<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.store.writing.lock().unwrap_or_else(|p| p.into_inner());
+        busy.remove(&self.id);
+        self.store.turn_over.notify_all();
+    }
+}
+
+fn not_found(id: &str) -> WorldError {
+    WorldError::ArtifactNotFound {
+        artifact_id: id.to_string(),
+        context: String::new(),
+    }
+}
+
+fn new_manifest(meta: &NewArtifact, id: String, sha256: String, size: u64) -> Manifest {
+    Manifest {
+        artifact_ref: format!("{REF_PREFIX}{id}"),
+        artifact_id: id,
+        run_id: meta.run_id.clone(),
+        step_path: meta.step_path.clone(),
+        name: meta.name.clone(),
+        content_type: meta.content_type.clone(),
+        encoding: meta.encoding,
+        sha256,
+        size_bytes: size,
+        created_at: clock::now_iso(),
+    }
+}
+
+fn load_manifest(dir: &Path, id: &str) -> Result<Manifest> {
+    let path = dir.join(format!("{id}.json"));
+    let text = match fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(not_found(id)),
+        Err(e) => return Err(WorldError::io("reading a manifest", Some(path), e)),
+    };
+    let corrupt = |reason: String| WorldError::ArtifactManifestCorrupt {
+        artifact_id: id.to_string(),
+        reason,
+    };
+    let m: Manifest =
+        serde_json::from_slice(&text).map_err(|e| corrupt(format!("the manifest does not parse: {e}")))?;
+    if m.artifact_id != id || m.artifact_ref != format!("{REF_PREFIX}{id}") {
+        return Err(corrupt(format!("the manifest names {} instead", m.artifact_id)));
+    }
+    let meta = NewArtifact {
+        run_id: m.run_id.clone(),
+        step_path: m.step_path.clone(),
+        name: m.name.clone(),
+        content_type: m.content_type.clone(),
+        encoding: m.encoding,
+    };
+    if artifact_id(&meta, &m.sha256) != id {
+        return Err(corrupt("the manifest's fields do not hash to its id".into()));
+    }
+    Ok(m)
+}
+
+/// A temporary file name that says which process writes it.
+fn tmp_name(stem: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{stem}.{}.{n}-{nanos}.tmp", std::process::id())
+}
+
+/// Remove `*.tmp` files in `dir` whose writing process no longer exists.
+fn remove_stale_tmp(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".tmp") else {
+            continue;
+        };
+        let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if pid.is_none_or(|p| !process_alive(p)) {
+            let _ = fs::remove_file(entry.path());
         }
     }
 }
 
-impl ArtifactLookup for ArtifactStore {
-    fn artifact_exists(&self, artifact_id: &str) -> Result<bool> {
-        match &self.backend {
-            Backend::Local { dir } => Ok(dir.join(format!("{artifact_id}.json")).is_file()),
-            Backend::Memory(map) => Ok(map.lock().expect("artifact map").contains_key(artifact_id)),
+/// Whether a process with this id exists.
+pub fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        if pid == 0 || pid > i32::MAX as u32 {
+            return false;
         }
+        // SAFETY: signal 0 checks for existence and permission only.
+        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
     }
 }
+
+/// Stream `bytes` into a new file at `path`, hashing each chunk as written; fsync. Returns the
+/// `sha256:` hash and the size. Each chunk is copied before it is hashed and written, so the hash
+/// always describes the bytes on disk even if the source changes meanwhile.
+fn write_hashed(path: &Path, bytes: &[u8]) -> Result<(String, u64)> {
+    let io = |e| WorldError::io("writing a blob", Some(path.to_path_buf()), e);
+    let mut file = File::create(path).map_err(io)?;
+    let mut hasher = Sha256::new();
+    let mut chunk = Vec::with_capacity(CHUNK.min(bytes.len()));
+    for piece in bytes.chunks(CHUNK) {
+        chunk.clear();
+        chunk.extend_from_slice(piece);
+        hasher.update(&chunk);
+        file.write_all(&chunk).map_err(io)?;
+    }
+    file.sync_all().map_err(io)?;
+    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), bytes.len() as u64))
+}
+
+/// Write a small file and fsync it.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |e| WorldError::io("writing a file", Some(path.to_path_buf()), e);
+    let mut file = File::create(path).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.sync_all().map_err(io)
+}
+
+/// fsync a directory, so the names just renamed or linked into it survive a crash.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| WorldError::io("syncing a directory", Some(dir.to_path_buf()), e))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -15,10 +15,12 @@ pub type Ticket = u64;
 /// What an operation produced.
 #[derive(Debug)]
 pub enum Output {
-    /// JSON text, parsed by the caller.
+    /// Text: JSON for the caller to parse, or a string payload.
     Json(String),
-    /// Raw bytes.
-    Bytes(Vec<u8>),
+    /// Raw bytes, shared with whoever else holds them.
+    Bytes(std::sync::Arc<Vec<u8>>),
+    /// Several results, in order.
+    List(Vec<Output>),
     /// Nothing (the operation only had an effect).
     Unit,
 }

@@ -13,7 +13,7 @@
 //! fsync covers many appends. Order is kept end to end: appends to a run commit in call order.
 //! Reads go to the shared [`Pool`] with their own connections and never wait for the writer.
 
-use crate::core::artifacts::ArtifactStore;
+use crate::core::artifacts::{ArtifactStore, Data, Encoding, NewArtifact};
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, AppendRequest, PreparedAppend};
@@ -202,6 +202,34 @@ impl World {
         let reader = self.inner.reader.clone();
         self.run(ticket, move || {
             list_json(&*reader, &run_id, after, limit).map(Output::Json)
+        })
+    }
+
+    /// Publish an artifact; completes with its manifest's JSON.
+    pub fn write_artifact(&self, ticket: Ticket, meta: NewArtifact, data: Data) -> Result<()> {
+        let store = self.inner.artifacts.clone();
+        self.run(ticket, move || {
+            store.write(meta, data).map(|m| Output::Json(m.to_json()))
+        })
+    }
+
+    /// Read and verify an artifact; completes with `[manifest JSON, payload]`, the payload as text
+    /// for `json` and `utf8`, as bytes for `bytes`.
+    pub fn read_artifact(&self, ticket: Ticket, reference: &str) -> Result<()> {
+        let id = crate::core::artifacts::parse_ref(reference)?.to_string();
+        let store = self.inner.artifacts.clone();
+        self.run(ticket, move || {
+            let (manifest, bytes) = store.read(&id)?;
+            let payload = match manifest.encoding {
+                Encoding::Bytes => Output::Bytes(bytes),
+                Encoding::Json | Encoding::Utf8 => Output::Json(String::from_utf8(bytes.to_vec()).map_err(|_| {
+                    WorldError::ArtifactManifestCorrupt {
+                        artifact_id: id.clone(),
+                        reason: "the blob of a text artifact is not UTF-8".into(),
+                    }
+                })?),
+            };
+            Ok(Output::List(vec![Output::Json(manifest.to_json()), payload]))
         })
     }
 

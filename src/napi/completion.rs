@@ -196,9 +196,30 @@ unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<s
     let mut value = ptr::null_mut();
     let status = match out {
         Output::Json(s) => sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value),
-        Output::Bytes(bytes) => {
+        Output::Bytes(bytes) if bytes.is_empty() => {
             let mut data = ptr::null_mut();
-            sys::napi_create_buffer_copy(env, bytes.len(), bytes.as_ptr().cast(), &mut data, &mut value)
+            sys::napi_create_buffer(env, 0, &mut data, &mut value)
+        }
+        Output::Bytes(bytes) => {
+            // Hand the bytes to JavaScript without copying; the finalizer drops our reference.
+            let len = bytes.len();
+            let data = bytes.as_ptr() as *mut c_void;
+            let hint = Box::into_raw(Box::new(bytes));
+            let status = sys::napi_create_external_buffer(env, len, data, Some(drop_bytes), hint.cast(), &mut value);
+            if status != sys::Status::napi_ok {
+                drop(Box::from_raw(hint));
+            }
+            status
+        }
+        Output::List(items) => {
+            let status = sys::napi_create_array_with_length(env, items.len(), &mut value);
+            if status == sys::Status::napi_ok {
+                for (i, item) in items.into_iter().enumerate() {
+                    let v = to_js(env, item)?;
+                    sys::napi_set_element(env, value, i as u32, v);
+                }
+            }
+            status
         }
         Output::Unit => sys::napi_get_undefined(env, &mut value),
     };
@@ -208,6 +229,10 @@ unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<s
         });
     }
     Ok(value)
+}
+
+unsafe extern "C" fn drop_bytes(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
+    drop(Box::from_raw(hint.cast::<std::sync::Arc<Vec<u8>>>()));
 }
 
 /// A JavaScript `Error` for `e`, with `code` and a JSON `details` string for `world.ts`.

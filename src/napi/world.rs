@@ -2,11 +2,13 @@
 
 use super::completion::JsCompleter;
 use super::{throw, RawValue};
+use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
 use crate::core::events::AppendRequest;
 use crate::core::runtime::Ticket;
 use crate::core::store::sqlite::Durability;
 use crate::core::world::World;
+use napi::bindgen_prelude::Buffer;
 use napi::Env;
 use napi_derive::napi;
 use std::path::Path;
@@ -134,9 +136,56 @@ impl NativeWorld {
         })
     }
 
+    /// Publish an artifact; resolves with its manifest's JSON. `text` carries a `json` payload (as
+    /// JSON text) or a `utf8` one; `bytes` a `bytes` one, read in place off the JavaScript thread.
+    #[napi(ts_return_type = "Promise<string>")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_artifact(
+        &self,
+        env: Env,
+        run_id: String,
+        step_path: String,
+        name: String,
+        content_type: String,
+        encoding: String,
+        text: Option<String>,
+        bytes: Option<Buffer>,
+    ) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            let meta = NewArtifact {
+                run_id,
+                step_path,
+                name,
+                content_type,
+                encoding: Encoding::parse(&encoding)?,
+            };
+            let data = match (text, bytes) {
+                (Some(s), _) => Data::Text(s),
+                (None, Some(b)) => Data::Shared(Box::new(SharedBuffer(b))),
+                (None, None) => return Err(WorldError::validation("input.payload", "is missing")),
+            };
+            self.world.write_artifact(t, meta, data)
+        })
+    }
+
+    /// Read and verify an artifact; resolves with `[manifestJson, payload]`.
+    #[napi(ts_return_type = "Promise<[string, string | Buffer]>")]
+    pub fn read_artifact(&self, env: Env, reference: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.read_artifact(t, &reference))
+    }
+
     /// Stop accepting work; resolves once every queued append has committed.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close(&self, env: Env) -> napi::Result<RawValue> {
         self.submit(&env, |t| self.world.close(t))
+    }
+}
+
+/// A JavaScript buffer the core reads in place; napi-rs releases it on the JavaScript thread.
+struct SharedBuffer(Buffer);
+
+impl AsRef<[u8]> for SharedBuffer {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }

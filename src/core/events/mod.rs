@@ -44,14 +44,19 @@ pub struct PreparedAppend {
     pub digest: Option<String>,
 }
 
-/// Answers whether an artifact exists, for reference checks.
-pub trait ArtifactLookup: Send + Sync {
+/// What the append rules need of the artifact store.
+pub trait Artifacts: Send + Sync {
     /// Whether `artifact_id` (`art_…`) is published in the world.
     fn artifact_exists(&self, artifact_id: &str) -> Result<bool>;
+    /// Publish a canonical JSON text as a `json` artifact; returns its id.
+    fn store_json(&self, run_id: &str, step_path: &str, name: &str, canonical_json: String) -> Result<String>;
 }
 
+/// Outputs, args and results this large (as canonical JSON) or larger are stored as artifacts.
+pub const INLINE_LIMIT: usize = 256_000;
+
 /// Check an append against every rule that does not depend on stored rows.
-pub fn prepare(req: AppendRequest, artifacts: &dyn ArtifactLookup) -> Result<PreparedAppend> {
+pub fn prepare(req: AppendRequest, artifacts: &dyn Artifacts) -> Result<PreparedAppend> {
     ids::check_run_id(&req.run_id)?;
     let run = req.run_id.as_str();
     check_type(&req.event_type).map_err(|e| e.for_run(run))?;
@@ -70,8 +75,9 @@ pub fn prepare(req: AppendRequest, artifacts: &dyn ArtifactLookup) -> Result<Pre
         )
         .for_run(run));
     }
-    let payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
+    let mut payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
     check_payload(&req.event_type, &payload, artifacts).map_err(|e| e.for_run(run))?;
+    offload_large_values(&req.event_type, &mut payload, run, artifacts)?;
     let canonical = canonical::to_string(&Value::Object(payload));
     let digest = req
         .key
@@ -106,14 +112,14 @@ pub fn parse_payload(text: &str) -> Result<Map<String, Value>> {
 }
 
 /// The payload rules every type shares, plus the known type's shape.
-pub fn check_payload(event_type: &str, payload: &Map<String, Value>, artifacts: &dyn ArtifactLookup) -> Result<()> {
+pub fn check_payload(event_type: &str, payload: &Map<String, Value>, artifacts: &dyn Artifacts) -> Result<()> {
     known::validate(event_type, payload)?;
     let mut path = JsonPath::new("payload");
     scan_object(payload, &mut path, artifacts)
 }
 
 /// Walk the payload: refuse `costUsd` in any usage object, and check every artifact reference.
-fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn ArtifactLookup) -> Result<()> {
+fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn Artifacts) -> Result<()> {
     match v {
         Value::String(s) if known::is_artifact_ref(s) => {
             let id = &s["artifact://".len()..];
@@ -138,7 +144,7 @@ fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn ArtifactLooku
     }
 }
 
-fn scan_object<'v>(map: &'v Map<String, Value>, path: &mut JsonPath<'v>, artifacts: &dyn ArtifactLookup) -> Result<()> {
+fn scan_object<'v>(map: &'v Map<String, Value>, path: &mut JsonPath<'v>, artifacts: &dyn Artifacts) -> Result<()> {
     for (k, v) in map {
         path.push(Seg::Key(k));
         if k == "usage" {
@@ -154,6 +160,38 @@ fn scan_object<'v>(map: &'v Map<String, Value>, path: &mut JsonPath<'v>, artifac
         scan(v, path, artifacts)?;
         path.pop();
     }
+    Ok(())
+}
+
+/// Store a large output, args or result as a `json` artifact and put its reference in its place.
+fn offload_large_values(
+    event_type: &str,
+    payload: &mut Map<String, Value>,
+    run_id: &str,
+    artifacts: &dyn Artifacts,
+) -> Result<()> {
+    let text_of = |p: &Map<String, Value>, k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let (field, ref_field, step_path) = match event_type {
+        "StepCompleted" => ("output", "outputRef", text_of(payload, "stepPath")),
+        "RunCompleted" => ("output", "outputRef", "$run".to_string()),
+        "harness.tool_call.started" => ("args", "argsRef", format!("tool_call/{}", text_of(payload, "callId"))),
+        "harness.tool_call.succeeded" => (
+            "result",
+            "resultRef",
+            format!("tool_call/{}", text_of(payload, "callId")),
+        ),
+        _ => return Ok(()),
+    };
+    let Some(value) = payload.get(field) else {
+        return Ok(());
+    };
+    let text = canonical::to_string(value);
+    if text.len() < INLINE_LIMIT {
+        return Ok(());
+    }
+    let id = artifacts.store_json(run_id, &step_path, field, text)?;
+    payload.remove(field);
+    payload.insert(ref_field.to_string(), Value::String(format!("artifact://{id}")));
     Ok(())
 }
 

@@ -1,0 +1,163 @@
+use super::*;
+
+fn meta(encoding: Encoding) -> NewArtifact {
+    NewArtifact {
+        run_id: "run_art".into(),
+        step_path: "step/a".into(),
+        name: "out".into(),
+        content_type: "application/octet-stream".into(),
+        encoding,
+    }
+}
+
+fn bytes(b: &[u8]) -> Data {
+    Data::Shared(Box::new(b.to_vec()))
+}
+
+#[test]
+fn round_trips_and_is_content_addressed() {
+    let dir = tempfile::tempdir().unwrap();
+    for store in [ArtifactStore::local(dir.path()).unwrap(), ArtifactStore::memory()] {
+        let a = store.write(meta(Encoding::Bytes), bytes(b"hello")).unwrap();
+        let b = store.write(meta(Encoding::Bytes), bytes(b"hello")).unwrap();
+        assert_eq!(a, b, "a second write returns the stored manifest");
+        assert_eq!(a.sha256, ids::sha256_tagged(b"hello"));
+        assert_eq!(a.size_bytes, 5);
+        assert_eq!(a.artifact_id, artifact_id(&meta(Encoding::Bytes), &a.sha256));
+        let (m, data) = store.read(&a.artifact_id).unwrap();
+        assert_eq!(m, a);
+        assert_eq!(data.as_slice(), b"hello");
+        let j = store
+            .write(meta(Encoding::Json), Data::Text("{\"b\":1.0,\"a\":[]}".into()))
+            .unwrap();
+        assert_eq!(store.read(&j.artifact_id).unwrap().1.as_slice(), b"{\"a\":[],\"b\":1}");
+        let e = store.write(meta(Encoding::Utf8), Data::Text(String::new())).unwrap();
+        assert_eq!(e.size_bytes, 0);
+        assert!(store.read(&e.artifact_id).unwrap().1.is_empty());
+        assert_eq!(store.list().unwrap().len(), 3);
+    }
+}
+
+#[test]
+fn tampering_is_caught_on_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ArtifactStore::local(dir.path()).unwrap();
+    let m = store.write(meta(Encoding::Bytes), bytes(b"0123456789")).unwrap();
+    let blob = dir.path().join(format!("artifacts/blobs/{}.bin", m.artifact_id));
+    let manifest = dir.path().join(format!("artifacts/{}.json", m.artifact_id));
+
+    let mut flipped = fs::read(&blob).unwrap();
+    flipped[3] ^= 0x01;
+    fs::write(&blob, &flipped).unwrap();
+    assert_eq!(store.read(&m.artifact_id).unwrap_err().code(), "ARTIFACT_HASH_MISMATCH");
+    // Writing it again heals it with the right bytes.
+    store.write(meta(Encoding::Bytes), bytes(b"0123456789")).unwrap();
+    assert!(store.read(&m.artifact_id).is_ok());
+
+    let text = fs::read_to_string(&manifest).unwrap();
+    fs::write(&manifest, text.replace("\"sizeBytes\":10", "\"sizeBytes\":11")).unwrap();
+    assert_eq!(
+        store.read(&m.artifact_id).unwrap_err().code(),
+        "ARTIFACT_MANIFEST_CORRUPT"
+    );
+    fs::write(&manifest, &text[..text.len() / 2]).unwrap();
+    assert_eq!(
+        store.read(&m.artifact_id).unwrap_err().code(),
+        "ARTIFACT_MANIFEST_CORRUPT"
+    );
+    fs::write(&manifest, &text).unwrap();
+    fs::remove_file(&blob).unwrap();
+    assert_eq!(store.read(&m.artifact_id).unwrap_err().code(), "RUNTIME_INTEGRITY");
+    assert_eq!(
+        store.read("art_0000000000000000").unwrap_err().code(),
+        "ARTIFACT_NOT_FOUND"
+    );
+}
+
+#[test]
+fn stale_temporary_files_are_removed_and_live_ones_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    ArtifactStore::local(dir.path()).unwrap();
+    let blobs = dir.path().join("artifacts/blobs");
+    // pid 2^31-2 does not exist; our own pid does.
+    fs::write(blobs.join("incoming.2147483646.0-1.tmp"), b"partial").unwrap();
+    fs::write(
+        dir.path().join("artifacts/art_0000000000000001.2147483646.3-4.tmp"),
+        b"{",
+    )
+    .unwrap();
+    let mine = blobs.join(format!("incoming.{}.9-9.tmp", std::process::id()));
+    fs::write(&mine, b"in progress").unwrap();
+    let store = ArtifactStore::local(dir.path()).unwrap();
+    assert!(!blobs.join("incoming.2147483646.0-1.tmp").exists());
+    assert!(!dir
+        .path()
+        .join("artifacts/art_0000000000000001.2147483646.3-4.tmp")
+        .exists());
+    assert!(mine.exists());
+    assert!(store.list().unwrap().is_empty());
+}
+
+#[test]
+fn concurrent_writers_of_one_artifact_end_with_one_intact_artifact() {
+    let dir = tempfile::tempdir().unwrap();
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let stores: Vec<Arc<ArtifactStore>> = (0..2)
+        .map(|_| Arc::new(ArtifactStore::local(dir.path()).unwrap()))
+        .collect();
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let store = stores[i % 2].clone();
+            let payload = payload.clone();
+            std::thread::spawn(move || {
+                store
+                    .write(meta(Encoding::Bytes), Data::Shared(Box::new(payload)))
+                    .unwrap()
+            })
+        })
+        .collect();
+    let manifests: Vec<Manifest> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        manifests.windows(2).all(|w| w[0] == w[1]),
+        "every writer returns the one published manifest"
+    );
+    let (_, data) = stores[0].read(&manifests[0].artifact_id).unwrap();
+    assert_eq!(*data, payload);
+    let leftovers: Vec<_> = fs::read_dir(dir.path().join("artifacts/blobs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn bad_inputs_are_refused() {
+    let store = ArtifactStore::memory();
+    let mut m = meta(Encoding::Utf8);
+    m.name = String::new();
+    assert_eq!(
+        store.write(m, Data::Text("x".into())).unwrap_err().code(),
+        "EVENT_VALIDATION"
+    );
+    let mut m = meta(Encoding::Utf8);
+    m.run_id = "nope".into();
+    assert_eq!(store.write(m, Data::Text("x".into())).unwrap_err().code(), "WORLD_PATH");
+    assert_eq!(
+        store
+            .write(meta(Encoding::Bytes), Data::Text("x".into()))
+            .unwrap_err()
+            .code(),
+        "EVENT_VALIDATION"
+    );
+    assert_eq!(
+        store
+            .write(meta(Encoding::Json), Data::Text("{".into()))
+            .unwrap_err()
+            .code(),
+        "EVENT_VALIDATION"
+    );
+    assert!(parse_ref("artifact://art_0123456789abcdef").is_ok());
+    assert!(parse_ref("art_0123456789abcdef").is_ok());
+    assert!(parse_ref("artifact://art_xyz").is_err());
+}
