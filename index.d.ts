@@ -15,9 +15,9 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  */
 export declare class NativeWorld {
   /** Open (creating if needed) the local world at `dataDir`. */
-  static openLocal(dataDir: string, durabilityName: string): NativeWorld
+  static openLocal(dataDir: string, durabilityName: string, pricingJson?: string | undefined | null): NativeWorld
   /** Open a fresh in-memory world. */
-  static openVirtual(): NativeWorld
+  static openVirtual(pricingJson?: string | undefined | null): NativeWorld
   /** `"local"` or `"virtual"`. */
   get kind(): string
   /** The resolved data directory of a local world. */
@@ -28,6 +28,8 @@ export declare class NativeWorld {
   append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null): Promise<string>
   /** Committed envelopes of a run after `afterSequence`, at most `limit`, as a JSON array text. */
   list(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null): Promise<string>
+  /** Fold a run's stored events into its state, inside Rust; resolves with its canonical JSON. */
+  materialize(runId: string): Promise<string>
   /**
    * Publish an artifact; resolves with its manifest's JSON. `text` carries a `json` payload (as
    * JSON text) or a `utf8` one; `bytes` a `bytes` one, read in place off the JavaScript thread.
@@ -39,8 +41,17 @@ export declare class NativeWorld {
   close(): Promise<void>
 }
 
+/** The bundled pricing registry's JSON text. */
+export declare function bundledPricingJson(): string
+
 /** RFC 8785 canonical JSON of a JSON text. */
 export declare function canonicalizeJson(json: string): string
+
+/**
+ * Fold a JSON array of one run's envelopes into its state (canonical JSON), pricing calls with
+ * the bundled registry and `pricingJson` merged over it.
+ */
+export declare function materializeEventsJson(runId: string, eventsJson: string, pricingJson?: string | undefined | null): string
 
 /** Check a JSON array of envelopes: one run, dense sequences from 1, ids that match their content. */
 export declare function validateEventLogShapeJson(eventsJson: string): void

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach } from 'vitest';
-import { localWorld, virtualWorld, type World } from '@little-workflow/world';
+import { localWorld, virtualWorld, type PricingRegistry, type World } from '@little-workflow/world';
 
 const dirs: string[] = [];
 const worlds: World[] = [];
@@ -27,12 +27,17 @@ export function track<W extends World>(w: W): W {
   return w;
 }
 
+/** The kinds of world the contract is checked against, opened with `pricing` if given. */
+export function worldKindsWith(opts: { pricing?: PricingRegistry } = {}): ReadonlyArray<readonly [string, () => World]> {
+  return [
+    ['localWorld', () => track(localWorld({ ...opts, dataDir: tempDir() }))],
+    ['localWorld (durability normal)', () => track(localWorld({ ...opts, dataDir: tempDir(), durability: 'normal' }))],
+    ['virtualWorld', () => track(virtualWorld(opts))],
+  ];
+}
+
 /** The kinds of world the contract is checked against. */
-export const worldKinds: ReadonlyArray<readonly [string, () => World]> = [
-  ['localWorld', () => track(localWorld({ dataDir: tempDir() }))],
-  ['localWorld (durability normal)', () => track(localWorld({ dataDir: tempDir(), durability: 'normal' }))],
-  ['virtualWorld', () => track(virtualWorld())],
-];
+export const worldKinds = worldKindsWith();
 
 /** The root of the package, for spawning scripts. */
 export const packageRoot = join(__dirname, '..');

@@ -2,13 +2,14 @@
 //
 // The run is what a workflow runtime driving an agent would record: a run and a step starting,
 // a harness session with one model call and one tool call, the step's output and the run's end.
-import { randomUUID } from 'node:crypto';
-import { appendEvent, listEvents, localWorld } from '@little-workflow/world';
+import { createHash, randomUUID } from 'node:crypto';
+import { appendEvent, canonicalize, listEvents, localWorld, materializeRunState } from '@little-workflow/world';
 
 const world = localWorld(); // ./.little-workflow, durability 'full'
 const runId = `run_demo_${randomUUID().slice(0, 8)}`;
 const key = (name) => `${runId}:${name}`;
 const manifest = { harnessId: 'workflowHarness@1.0.0', plannerModelSlotId: 'gpt-5' };
+const manifestHash = `sha256:${createHash('sha256').update(canonicalize(manifest)).digest('hex')}`;
 
 const facts = [
   { type: 'RunStarted', payload: { workflowVersionId: 'wv_demo_1', input: { topic: 'durable execution' } } },
@@ -16,7 +17,7 @@ const facts = [
   {
     type: 'harness.session.started',
     appendIdempotencyKey: key('session'),
-    payload: { runId, role: 'worker.ai-generate', task: { kind: 'execute_step' }, manifest, manifestHash: 'sha256:demo-manifest' },
+    payload: { runId, role: 'worker.ai-generate', task: { kind: 'execute_step' }, manifest, manifestHash },
   },
   {
     type: 'harness.model.called',
@@ -57,4 +58,8 @@ for (const fact of facts) await appendEvent(world, runId, fact);
 const events = await listEvents(world, runId);
 console.log(`Recorded ${events.length} events of ${runId} in ${world.dataDir}\n`);
 for (const e of events) console.log(JSON.stringify(e));
+const state = await materializeRunState(world, runId);
+const cost = (u) => (u.costUsd === null ? 'unpriced' : `$${u.costUsd}`);
+console.log(`\n${runId}: ${state.status}, ${state.usage.inputTokens} input / ${state.usage.outputTokens} output tokens, ${cost(state.usage)} (prices as of ${state.pricingAsOf})`);
+for (const [path, step] of Object.entries(state.steps)) console.log(`  step ${path}: ${step.status}, ${cost(step.usage)}`);
 await world.close();

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod error;
 pub mod events;
 pub mod ids;
+pub mod materialize;
 pub mod runtime;
 pub mod store;
 pub mod world;

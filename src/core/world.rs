@@ -18,6 +18,7 @@ use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, AppendRequest, PreparedAppend};
 use crate::core::ids;
+use crate::core::materialize::{self, pricing::Pricing};
 use crate::core::runtime::{panic_message, Completer, Output, Pool, Ticket, THREAD_STACK};
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::sqlite::{self, Durability};
@@ -71,12 +72,18 @@ struct Inner {
     submit: Mutex<Option<Sender<PrepMsg>>>,
     reader: Arc<dyn LogReader>,
     artifacts: Arc<ArtifactStore>,
+    pricing: Arc<Pricing>,
     completer: Arc<dyn Completer>,
 }
 
 impl World {
     /// Open (creating if needed) the local world at `data_dir`.
-    pub fn open_local(data_dir: &Path, durability: Durability, completer: Arc<dyn Completer>) -> Result<World> {
+    pub fn open_local(
+        data_dir: &Path,
+        durability: Durability,
+        pricing: Pricing,
+        completer: Arc<dyn Completer>,
+    ) -> Result<World> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| WorldError::io("creating the data directory", Some(data_dir.to_path_buf()), e))?;
         let data_dir = data_dir
@@ -95,12 +102,13 @@ impl World {
             Box::new(writer),
             Arc::new(reader),
             artifacts,
+            pricing,
             completer,
         ))
     }
 
     /// Open a fresh in-memory world.
-    pub fn open_virtual(completer: Arc<dyn Completer>) -> World {
+    pub fn open_virtual(pricing: Pricing, completer: Arc<dyn Completer>) -> World {
         let log = MemoryLog::new();
         let artifacts = Arc::new(ArtifactStore::memory());
         Self::start(
@@ -109,6 +117,7 @@ impl World {
             Box::new(log.clone()),
             Arc::new(log),
             artifacts,
+            pricing,
             completer,
         )
     }
@@ -119,6 +128,7 @@ impl World {
         writer: Box<dyn LogWriter>,
         reader: Arc<dyn LogReader>,
         artifacts: Arc<ArtifactStore>,
+        pricing: Pricing,
         completer: Arc<dyn Completer>,
     ) -> World {
         let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
@@ -144,6 +154,7 @@ impl World {
                 submit: Mutex::new(Some(prep_tx)),
                 reader,
                 artifacts,
+                pricing: Arc::new(pricing),
                 completer,
             }),
         }
@@ -203,6 +214,21 @@ impl World {
         self.run(ticket, move || {
             list_json(&*reader, &run_id, after, limit).map(Output::Json)
         })
+    }
+
+    /// Fold a run's stored events into its state; completes with the state's canonical JSON.
+    pub fn materialize(&self, ticket: Ticket, run_id: String) -> Result<()> {
+        ids::check_stream_id(&run_id)?;
+        let reader = self.inner.reader.clone();
+        let pricing = self.inner.pricing.clone();
+        self.run(ticket, move || {
+            materialize::fold_stored(&*reader, &run_id, &pricing).map(Output::Json)
+        })
+    }
+
+    /// The world's pricing registry (the bundled one with the world's own merged over it).
+    pub fn pricing(&self) -> &Pricing {
+        &self.inner.pricing
     }
 
     /// Publish an artifact; completes with its manifest's JSON.

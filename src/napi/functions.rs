@@ -2,6 +2,7 @@
 
 use super::throw;
 use crate::core::error::WorldError;
+use crate::core::materialize::{self, pricing, pricing::Pricing};
 use crate::core::{canonical, events::shape};
 use napi::Env;
 use napi_derive::napi;
@@ -16,4 +17,24 @@ pub fn canonicalize_json(env: Env, json: String) -> napi::Result<String> {
 #[napi(js_name = "validateEventLogShapeJson")]
 pub fn validate_event_log_shape_json(env: Env, events_json: String) -> napi::Result<()> {
     shape::check_log_text(&events_json).map_err(|e| throw(&env, &e))
+}
+
+/// Fold a JSON array of one run's envelopes into its state (canonical JSON), pricing calls with
+/// the bundled registry and `pricingJson` merged over it.
+#[napi(js_name = "materializeEventsJson")]
+pub fn materialize_events_json(
+    env: Env,
+    run_id: String,
+    events_json: String,
+    pricing_json: Option<String>,
+) -> napi::Result<String> {
+    Pricing::with_override(pricing_json.as_deref())
+        .and_then(|p| materialize::fold_events_json(&run_id, &events_json, &p))
+        .map_err(|e| throw(&env, &e))
+}
+
+/// The bundled pricing registry's JSON text.
+#[napi(js_name = "bundledPricingJson")]
+pub fn bundled_pricing_json() -> &'static str {
+    pricing::BUNDLED_JSON
 }

@@ -5,6 +5,7 @@ use super::{throw, RawValue};
 use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
 use crate::core::events::AppendRequest;
+use crate::core::materialize::pricing::Pricing;
 use crate::core::runtime::Ticket;
 use crate::core::store::sqlite::Durability;
 use crate::core::world::World;
@@ -51,10 +52,17 @@ fn count_arg(name: &str, v: Option<f64>) -> Result<Option<u64>, WorldError> {
 impl NativeWorld {
     /// Open (creating if needed) the local world at `dataDir`.
     #[napi(factory)]
-    pub fn open_local(env: Env, data_dir: String, durability_name: String) -> napi::Result<Self> {
+    pub fn open_local(
+        env: Env,
+        data_dir: String,
+        durability_name: String,
+        pricing_json: Option<String>,
+    ) -> napi::Result<Self> {
         let completer = Arc::new(JsCompleter::new(env.raw())?);
-        let opened =
-            durability(&durability_name).and_then(|d| World::open_local(Path::new(&data_dir), d, completer.clone()));
+        let opened = durability(&durability_name).and_then(|d| {
+            let pricing = Pricing::with_override(pricing_json.as_deref())?;
+            World::open_local(Path::new(&data_dir), d, pricing, completer.clone())
+        });
         match opened {
             Ok(world) => Ok(NativeWorld { world, completer }),
             Err(e) => Err(throw(&env, &e)),
@@ -63,10 +71,11 @@ impl NativeWorld {
 
     /// Open a fresh in-memory world.
     #[napi(factory)]
-    pub fn open_virtual(env: Env) -> napi::Result<Self> {
+    pub fn open_virtual(env: Env, pricing_json: Option<String>) -> napi::Result<Self> {
+        let pricing = Pricing::with_override(pricing_json.as_deref()).map_err(|e| throw(&env, &e))?;
         let completer = Arc::new(JsCompleter::new(env.raw())?);
         Ok(NativeWorld {
-            world: World::open_virtual(completer.clone()),
+            world: World::open_virtual(pricing, completer.clone()),
             completer,
         })
     }
@@ -134,6 +143,12 @@ impl NativeWorld {
             let limit = count_arg("limit", limit)?;
             self.world.list(t, run_id, after, limit)
         })
+    }
+
+    /// Fold a run's stored events into its state, inside Rust; resolves with its canonical JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn materialize(&self, env: Env, run_id: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.materialize(t, run_id))
     }
 
     /// Publish an artifact; resolves with its manifest's JSON. `text` carries a `json` payload (as

@@ -46,7 +46,7 @@ fn wait_all(rx: &Done, n: usize) -> Vec<(Ticket, Result<Output>)> {
 fn appends_commit_in_call_order_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Full, c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Full, Pricing::default(), c).unwrap();
     for i in 0..500 {
         world
             .append(i as u64, append(if i % 3 == 0 { "run_x" } else { "run_y" }, i))
@@ -67,7 +67,7 @@ fn appends_commit_in_call_order_and_survive_a_reopen() {
     assert!(world.append(1, append("run_x", 0)).unwrap_err().code() == "WORLD_CLOSED");
 
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Normal, c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
     world.list(1, "run_x".into(), 0, None).unwrap();
     let list = json_of(wait_all(&rx, 1).remove(0).1);
     let events = list.as_array().unwrap();
@@ -89,8 +89,8 @@ fn two_worlds_on_one_directory_stay_dense() {
     let dir = tempfile::tempdir().unwrap();
     let (c1, rx1) = channel();
     let (c2, rx2) = channel();
-    let a = World::open_local(dir.path(), Durability::Normal, c1).unwrap();
-    let b = World::open_local(dir.path(), Durability::Normal, c2).unwrap();
+    let a = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c1).unwrap();
+    let b = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c2).unwrap();
     let ta = std::thread::spawn(move || {
         for i in 0..400 {
             a.append(i, append("run_shared", i as usize)).unwrap();
@@ -113,7 +113,7 @@ fn two_worlds_on_one_directory_stay_dense() {
 #[test]
 fn virtual_world_keeps_the_same_rules() {
     let (c, rx) = channel();
-    let world = World::open_virtual(c);
+    let world = World::open_virtual(Pricing::default(), c);
     world.append(1, append("run_v", 1)).unwrap();
     world
         .append(

@@ -1,0 +1,150 @@
+// The materializer: hand-computed runs, the same state through every path, and pricing.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import {
+  appendEvent,
+  bundledPricing,
+  canonicalize,
+  EventLogCorruptError,
+  EventValidationError,
+  listEvents,
+  localWorld,
+  materializeRunState,
+  materializeRunStateFromEvents,
+  virtualWorld,
+  writeArtifact,
+  type EventEnvelope,
+  type PricingRegistry,
+} from '@little-workflow/world';
+import { tempDir, track, worldKindsWith } from './helpers';
+
+type Case = {
+  name: string;
+  runId: string;
+  events: Array<{ type: string; payload: Record<string, unknown>; appendIdempotencyKey?: string; recordedAt: string }>;
+  expected: Record<string, unknown>;
+};
+const fixture = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'materialize-cases.json'), 'utf8')) as {
+  pricing: PricingRegistry;
+  cases: Case[];
+};
+
+function envelopes(c: Case): EventEnvelope[] {
+  return c.events.map((e, i) => ({
+    eventId: 'evt_0000000000000000',
+    runId: c.runId,
+    sequence: i + 1,
+    type: e.type,
+    recordedAt: e.recordedAt,
+    payload: e.payload,
+    ...(e.appendIdempotencyKey ? { appendIdempotencyKey: e.appendIdempotencyKey } : {}),
+  }));
+}
+
+describe('materializeRunStateFromEvents', () => {
+  it.each(fixture.cases.map((c) => [c.name, c] as const))('%s', (_name, c) => {
+    const state = materializeRunStateFromEvents(c.runId, envelopes(c), { pricing: fixture.pricing });
+    expect(state).toEqual(c.expected);
+    expect(Object.isFrozen(state.usage)).toBe(true);
+  });
+
+  it('never adds a session rollup: the totals equal the model calls alone', () => {
+    const c = fixture.cases.find((x) => x.runId === 'run_rollup')!;
+    const withRollup = materializeRunStateFromEvents(c.runId, envelopes(c), { pricing: fixture.pricing });
+    const calls = c.events.filter((e) => e.type === 'harness.model.responded');
+    const input = calls.reduce((n, e) => n + ((e.payload.response as { usage: { inputTokens: number } }).usage.inputTokens), 0);
+    expect(withRollup.usage.inputTokens).toBe(input);
+    const withoutRollup = { ...c, events: c.events.filter((e) => e.type !== 'harness.session.completed') };
+    const other = materializeRunStateFromEvents(c.runId, envelopes(withoutRollup as Case).map((e, i) => ({ ...e, sequence: i + 1 })), { pricing: fixture.pricing });
+    expect(withRollup.usage).toEqual(other.usage);
+  });
+
+  it('gives the same bytes for the same events, every time', () => {
+    for (const c of fixture.cases) {
+      const a = canonicalize(materializeRunStateFromEvents(c.runId, envelopes(c), { pricing: fixture.pricing }));
+      const b = canonicalize(materializeRunStateFromEvents(c.runId, JSON.parse(JSON.stringify(envelopes(c))), { pricing: fixture.pricing }));
+      expect(a).toBe(b);
+    }
+  });
+
+  it('refuses a log with a hole, and a bad registry', () => {
+    const c = fixture.cases[0];
+    const events = envelopes(c);
+    expect(() => materializeRunStateFromEvents(c.runId, [events[0], events[2]])).toThrow(EventLogCorruptError);
+    let err: unknown;
+    try {
+      materializeRunStateFromEvents(c.runId, events, { pricing: { models: [{ provider: 'x', modelId: 'y', inputPerMTok: -1, outputPerMTok: 1 }] } });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(EventValidationError);
+    expect((err as EventValidationError).path).toBe('pricing.models[0].inputPerMTok');
+  });
+});
+
+describe.each(worldKindsWith({ pricing: fixture.pricing }))('materializeRunState on %s', (_name, makeWorld) => {
+  it('folds stored rows to the same bytes as the events listed through world.ts', async () => {
+    const world = makeWorld();
+    // The fixture names placeholder artifacts; a world only accepts references to real ones.
+    const refs = new Map<string, string>();
+    for (const placeholder of ['artifact://art_00000000000000aa', 'artifact://art_00000000000000bb']) {
+      const m = await writeArtifact(world, { runId: 'run_refs', stepPath: 'x', name: placeholder, contentType: 'text/plain', encoding: 'utf8', payload: placeholder });
+      refs.set(placeholder, m.artifactRef);
+    }
+    const real = <T>(v: T): T => JSON.parse(JSON.stringify(v), (_k, x) => (typeof x === 'string' && refs.has(x) ? refs.get(x) : x));
+    for (const fixtureCase of fixture.cases) {
+      const c = real(fixtureCase);
+      for (const e of c.events) {
+        await appendEvent(world, c.runId, { type: e.type, payload: e.payload, appendIdempotencyKey: e.appendIdempotencyKey });
+      }
+      const listed = await listEvents(world, c.runId);
+      const fromRows = await materializeRunState(world, c.runId);
+      const fromEvents = materializeRunStateFromEvents(c.runId, listed, { pricing: fixture.pricing });
+      expect(canonicalize(fromRows)).toBe(canonicalize(fromEvents));
+      // The world stamps its own recordedAt; with those in place of the fixture's, the state is the
+      // hand-computed one.
+      const times = new Map(c.events.map((e, i) => [e.recordedAt, listed[i].recordedAt]));
+      const expected = JSON.parse(JSON.stringify(c.expected), (_k, v) => (typeof v === 'string' && times.has(v) ? times.get(v) : v));
+      expect(fromRows).toEqual(expected);
+    }
+  });
+});
+
+describe('pricing', () => {
+  it('bundles a dated registry with a source page for every entry, covering four providers', () => {
+    const reg = bundledPricing();
+    expect(reg.asOf).toMatch(/^\d{4}-\d\d-\d\d$/);
+    const providers = new Set(reg.models.map((m) => m.provider));
+    for (const p of ['openai', 'anthropic', 'google', 'deepseek']) expect(providers.has(p)).toBe(true);
+    for (const m of reg.models) {
+      expect(m.source, m.modelId).toMatch(/^https:\/\//);
+      expect(m.inputPerMTok).toBeGreaterThan(0);
+      expect(m.outputPerMTok).toBeGreaterThan(0);
+    }
+    // A fresh copy each time: callers cannot change the bundled registry.
+    reg.models.length = 0;
+    expect(bundledPricing().models.length).toBeGreaterThan(20);
+  });
+
+  it('merges a world registry over the bundled one', async () => {
+    const pricing: PricingRegistry = { asOf: 'mine', models: [{ provider: 'acme', modelId: 'm1', inputPerMTok: 1, outputPerMTok: 2 }] };
+    for (const world of [track(virtualWorld({ pricing })), track(localWorld({ dataDir: tempDir(), pricing }))]) {
+      for (const [i, model] of [['acme', 'm1'], ['openai', 'gpt-5'], ['acme', 'm2']].entries()) {
+        await appendEvent(world, 'run_p', {
+          type: 'harness.model.responded',
+          appendIdempotencyKey: `k${i}`,
+          payload: { turn: 1, callId: `c${i}`, model: { provider: model[0], modelId: model[1] }, response: { usage: { inputTokens: 1_000_000, outputTokens: 1_000_000 } } },
+        });
+      }
+      const state = await materializeRunState(world, 'run_p');
+      expect(state.pricingAsOf).toBe('mine');
+      expect(state.usageByModel['acme/m1'].costUsd).toBe(3);
+      expect(state.usageByModel['openai/gpt-5'].costUsd).toBe(11.25);
+      expect(state.usageByModel['acme/m2'].costUsd).toBeNull();
+      expect(state.usage.costUsd).toBe(14.25);
+      expect(state.usage.pricedCalls).toBe(2);
+      expect(state.usage.unpricedCalls).toBe(1);
+    }
+  });
+});

@@ -1,0 +1,227 @@
+//! Prices, and money that adds up exactly.
+//!
+//! Rates are USD per one million tokens. Each rate is held as an integer count of nano-dollars
+//! per million tokens, so one token at that rate costs exactly that many femto-dollars (1e-15
+//! USD). Costs are summed as integers and turned into a decimal `number` once, at the end: a
+//! million calls cost exactly a million times one call, with no floating-point drift.
+//!
+//! The bundled registry (`pricing.json`, with `asOf` and a source page per entry) is the base; a
+//! registry passed by the caller is merged over it, entry by entry.
+
+use crate::core::canonical;
+use crate::core::error::{Result, WorldError};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The registry bundled with the package.
+pub const BUNDLED_JSON: &str = include_str!("pricing.json");
+
+/// An amount of money in femto-dollars (1e-15 USD).
+pub type Femto = u128;
+
+/// Rates of one model, in nano-dollars per million tokens (= femto-dollars per token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rates {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: Option<u64>,
+}
+
+impl Rates {
+    /// The cost of one call: uncached input at the input rate, cached input at the cache-read rate
+    /// where there is one (else the input rate), output (reasoning included) at the output rate.
+    pub fn cost(&self, input: u64, cached: u64, output: u64) -> Femto {
+        let cached = cached.min(input);
+        (input - cached) as Femto * self.input as Femto
+            + cached as Femto * self.cache_read.unwrap_or(self.input) as Femto
+            + output as Femto * self.output as Femto
+    }
+}
+
+/// A pricing registry: rates by (provider, model id).
+#[derive(Debug, Clone, Default)]
+pub struct Pricing {
+    pub as_of: Option<String>,
+    rates: HashMap<(String, String), Rates>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RegistryJson {
+    as_of: Option<String>,
+    models: Vec<ModelJson>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ModelJson {
+    provider: String,
+    model_id: String,
+    input_per_m_tok: f64,
+    output_per_m_tok: f64,
+    cache_read_per_m_tok: Option<f64>,
+}
+
+fn key(provider: &str, model_id: &str) -> (String, String) {
+    (provider.to_ascii_lowercase(), model_id.to_string())
+}
+
+impl Pricing {
+    /// The bundled registry, parsed once.
+    pub fn bundled() -> &'static Pricing {
+        static BUNDLED: OnceLock<Pricing> = OnceLock::new();
+        BUNDLED.get_or_init(|| Pricing::parse(BUNDLED_JSON).expect("the bundled pricing registry is valid"))
+    }
+
+    /// Parse a registry's JSON text, checking every rate.
+    pub fn parse(text: &str) -> Result<Pricing> {
+        let reg: RegistryJson = serde_json::from_str(text)
+            .map_err(|e| WorldError::validation("pricing", format!("is not a pricing registry: {e}")))?;
+        let mut rates = HashMap::with_capacity(reg.models.len());
+        for (i, m) in reg.models.iter().enumerate() {
+            let at = |field: &str| format!("pricing.models[{i}].{field}");
+            if m.provider.is_empty() || m.model_id.is_empty() {
+                return Err(WorldError::validation(
+                    at("modelId"),
+                    "provider and modelId must be non-empty strings",
+                ));
+            }
+            let r = Rates {
+                input: nano_per_mtok(m.input_per_m_tok).map_err(|e| WorldError::validation(at("inputPerMTok"), e))?,
+                output: nano_per_mtok(m.output_per_m_tok)
+                    .map_err(|e| WorldError::validation(at("outputPerMTok"), e))?,
+                cache_read: m
+                    .cache_read_per_m_tok
+                    .map(nano_per_mtok)
+                    .transpose()
+                    .map_err(|e| WorldError::validation(at("cacheReadPerMTok"), e))?,
+            };
+            rates.insert(key(&m.provider, &m.model_id), r);
+        }
+        Ok(Pricing {
+            as_of: reg.as_of,
+            rates,
+        })
+    }
+
+    /// This registry with `over`'s entries (and `asOf`, when it has one) taking precedence.
+    pub fn merged(&self, over: &Pricing) -> Pricing {
+        let mut out = self.clone();
+        out.rates.extend(over.rates.iter().map(|(k, v)| (k.clone(), *v)));
+        if over.as_of.is_some() {
+            out.as_of.clone_from(&over.as_of);
+        }
+        out
+    }
+
+    /// The bundled registry with the registry text `over` merged over it, if there is one.
+    pub fn with_override(over: Option<&str>) -> Result<Pricing> {
+        match over {
+            Some(text) => Ok(Pricing::bundled().merged(&Pricing::parse(text)?)),
+            None => Ok(Pricing::bundled().clone()),
+        }
+    }
+
+    /// Rates of a model, if the registry prices it. Providers match case-insensitively.
+    pub fn rates(&self, provider: &str, model_id: &str) -> Option<Rates> {
+        self.rates
+            .get(&(provider.to_ascii_lowercase(), model_id.to_string()))
+            .copied()
+    }
+}
+
+/// A USD-per-million-tokens rate as whole nano-dollars, refusing what cannot be held exactly.
+fn nano_per_mtok(usd: f64) -> std::result::Result<u64, String> {
+    if !usd.is_finite() || usd < 0.0 {
+        return Err("must be a non-negative number".into());
+    }
+    // The shortest decimal that reads back as this double: the number the author wrote.
+    let mut text = Vec::new();
+    canonical::write_f64(usd, &mut text);
+    let text = String::from_utf8(text).expect("ASCII");
+    let (mantissa, exp) = match text.split_once('e') {
+        Some((m, e)) => (
+            m.to_string(),
+            e.parse::<i32>().map_err(|_| "unreadable number".to_string())?,
+        ),
+        None => (text.clone(), 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((&mantissa, ""));
+    let digits = format!("{int}{frac}");
+    let scale = frac.len() as i32 - exp; // value = digits * 10^-scale
+    let shift = 9 - scale; // nano = digits * 10^shift
+    if shift < 0 {
+        return Err("has more than 9 decimal places of a dollar per million tokens".into());
+    }
+    let digits: u128 = digits.parse().map_err(|_| "unreadable number".to_string())?;
+    let nano = digits
+        .checked_mul(10u128.pow(shift as u32))
+        .filter(|n| *n <= u64::MAX as u128)
+        .ok_or_else(|| "is too large".to_string())?;
+    Ok(nano as u64)
+}
+
+/// Femto-dollars as the nearest `number` of dollars (one rounding, at the end).
+pub fn femto_to_usd(f: Femto) -> f64 {
+    let whole = f / 1_000_000_000_000_000;
+    let frac = f % 1_000_000_000_000_000;
+    format!("{whole}.{frac:015}").parse().expect("a decimal parses")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_exact_decimals() {
+        assert_eq!(nano_per_mtok(1.25), Ok(1_250_000_000));
+        assert_eq!(nano_per_mtok(0.075), Ok(75_000_000));
+        assert_eq!(nano_per_mtok(0.0000001), Ok(100));
+        assert_eq!(nano_per_mtok(15.0), Ok(15_000_000_000));
+        assert!(nano_per_mtok(0.0000000001).is_err());
+        assert!(nano_per_mtok(-1.0).is_err());
+    }
+
+    #[test]
+    fn a_million_calls_cost_exactly_a_million_times_one() {
+        let r = Rates {
+            input: nano_per_mtok(1.25).unwrap(),
+            output: nano_per_mtok(10.0).unwrap(),
+            cache_read: Some(nano_per_mtok(0.125).unwrap()),
+        };
+        let one = r.cost(1234, 200, 567);
+        let total: Femto = (0..1_000_000).map(|_| r.cost(1234, 200, 567)).sum();
+        assert_eq!(total, one * 1_000_000);
+        // 1034 * 1.25 + 200 * 0.125 + 567 * 10 = 6987.5 dollars per million calls.
+        assert_eq!(femto_to_usd(total), 6987.5);
+        assert_eq!(femto_to_usd(one), 0.0069875);
+    }
+
+    #[test]
+    fn the_bundled_registry_parses_and_names_its_date() {
+        let p = Pricing::bundled();
+        assert!(p.as_of.is_some());
+        assert!(p.rates.len() >= 20);
+        for provider in ["openai", "anthropic", "google", "deepseek"] {
+            assert!(p.rates.keys().any(|(pv, _)| pv == provider), "{provider}");
+        }
+        let v: serde_json::Value = serde_json::from_str(BUNDLED_JSON).unwrap();
+        for m in v["models"].as_array().unwrap() {
+            assert!(m["source"].as_str().unwrap().starts_with("https://"), "{m}");
+        }
+    }
+
+    #[test]
+    fn overrides_merge_over_the_bundled_registry() {
+        let over = Pricing::parse(r#"{"models":[{"provider":"OpenAI","modelId":"gpt-5","inputPerMTok":2,"outputPerMTok":3},{"provider":"acme","modelId":"m1","inputPerMTok":1,"outputPerMTok":1}]}"#).unwrap();
+        let merged = Pricing::bundled().merged(&over);
+        assert_eq!(merged.rates("openai", "gpt-5").unwrap().input, 2_000_000_000);
+        assert!(merged.rates("acme", "m1").is_some());
+        assert!(merged.rates("anthropic", "claude-opus-4-5").is_some());
+        assert_eq!(merged.as_of, Pricing::bundled().as_of);
+        let err = Pricing::parse(r#"{"models":[{"provider":"a","modelId":"b","inputPerMTok":-1,"outputPerMTok":1}]}"#)
+            .unwrap_err();
+        assert_eq!(err.details()["path"], "pricing.models[0].inputPerMTok");
+    }
+}
