@@ -13,3 +13,4 @@ pub mod materialize;
 pub mod runtime;
 pub mod store;
 pub mod world;
+pub mod run_events;
