@@ -37,6 +37,18 @@ export declare class NativeWorld {
   writeArtifact(runId: string, stepPath: string, name: string, contentType: string, encoding: string, text?: string | undefined | null, bytes?: Buffer | undefined | null): Promise<string>
   /** Read and verify an artifact; resolves with `[manifestJson, payload]`. */
   readArtifact(reference: string): Promise<[string, string | Buffer]>
+  /** Take a lock by name, waiting up to `waitMs`; resolves with `{"name","token"}` JSON. */
+  acquireLock(name: string, waitMs: number): Promise<string>
+  /** Let go of a lock; a token that does not own it is refused. */
+  releaseLock(name: string, token: string): Promise<void>
+  /** An outer-loop manifest's JSON, or `null`. */
+  readOuterLoop(outerLoopId: string): Promise<string>
+  /** Write an outer-loop manifest (JSON text). */
+  writeOuterLoop(manifestJson: string): Promise<void>
+  /** Re-check a run, or the whole world; resolves with the report's JSON. */
+  verify(runId?: string | undefined | null): Promise<string>
+  /** The runs in the world with count, times, status and cost, as JSON. */
+  runs(): Promise<string>
   /** Stop accepting work; resolves once every queued append has committed. */
   close(): Promise<void>
 }

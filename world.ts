@@ -631,3 +631,136 @@ export function materializeRunStateFromEvents(
 export function bundledPricing(): PricingRegistry {
   return JSON.parse(native.bundledPricingJson()) as PricingRegistry;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Locks and outer loops
+
+/** A held lock. `release()` is idempotent. */
+export interface RunLock {
+  readonly name: string;
+  readonly token: string;
+  release(): Promise<void>;
+}
+
+function waitOption(opts: { waitMs?: number } | undefined): number {
+  const o = options(opts, 'lock options');
+  const waitMs = o.waitMs ?? 0;
+  if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs < 0) invalid('waitMs', 'must be a non-negative safe integer');
+  return waitMs;
+}
+
+async function acquire(world: World, name: string, waitMs: number): Promise<RunLock> {
+  const handle = nativeOf(world);
+  const held = JSON.parse(await call(() => handle.acquireLock(name, waitMs))) as { name: string; token: string };
+  return Object.freeze({
+    name: held.name,
+    token: held.token,
+    release: () => call(() => handle.releaseLock(held.name, held.token)),
+  });
+}
+
+/**
+ * Fence a run across processes: resolves with the lock, or rejects with `RunLockedError` when a
+ * live owner still holds it after `waitMs` (default 0). A lock whose owner process is gone is
+ * recovered.
+ */
+export async function acquireRunLock(world: World, runId: string, opts?: { waitMs?: number }): Promise<RunLock> {
+  nativeOf(world);
+  checkRunIdType(runId);
+  if (!/^run_[A-Za-z0-9_-]{1,80}$/.test(runId)) {
+    throw new WorldPathError('WORLD_PATH', `invalid run id ${JSON.stringify(runId.slice(0, 100))}: expected run_ followed by 1-80 of [A-Za-z0-9_-]`, { path: 'runId' });
+  }
+  return acquire(world, `run:${runId}`, waitOption(opts));
+}
+
+/** Serialize callers sharing an outer loop, as {@link acquireRunLock} does for a run. */
+export async function acquireOuterLoopLock(world: World, outerLoopId: string, opts?: { waitMs?: number }): Promise<RunLock> {
+  nativeOf(world);
+  if (typeof outerLoopId !== 'string' || !/^[A-Za-z0-9_-]{1,128}$/.test(outerLoopId)) {
+    throw new WorldPathError('WORLD_PATH', 'outerLoopId must be 1-128 of [A-Za-z0-9_-]', { path: 'outerLoopId' });
+  }
+  return acquire(world, `outer-loop:${outerLoopId}`, waitOption(opts));
+}
+
+/** The cycle-level durability record of an outer loop (seed 001). */
+export type OuterLoopManifest = {
+  outerLoopId: string;
+  /** Identity of the loop's input; a write with another one is refused. */
+  inputHash: string;
+  goal?: { workflowDefinitionHash?: string; description?: string; [k: string]: unknown };
+  maxCycles?: number;
+  cycles?: Array<{ cycleNumber: number; runId: string; workflowVersionId?: string; status: string; output?: unknown; [k: string]: unknown }>;
+  /** Set before a cycle starts. A write that omits it keeps the stored one; `null` clears it. */
+  pendingCycleRunId?: string | null;
+  result?: { kind: 'done'; finalOutput?: unknown; [k: string]: unknown };
+  [k: string]: unknown;
+};
+
+/** The stored manifest of an outer loop, or `undefined`. Deep-frozen. */
+export async function readOuterLoopManifest(world: World, outerLoopId: string): Promise<OuterLoopManifest | undefined> {
+  const handle = nativeOf(world);
+  if (typeof outerLoopId !== 'string') throw new WorldPathError('WORLD_PATH', 'outerLoopId must be a string', { path: 'outerLoopId' });
+  const text = await call(() => handle.readOuterLoop(outerLoopId));
+  const m = frozen<OuterLoopManifest | null>(text);
+  return m ?? undefined;
+}
+
+/**
+ * Write an outer loop's manifest atomically (tmp + fsync + rename). Rejects with
+ * `OuterLoopInputMismatchError` when the stored manifest has another `inputHash`.
+ */
+export async function writeOuterLoopManifest(world: World, manifest: OuterLoopManifest): Promise<void> {
+  const handle = nativeOf(world);
+  if (!isPlainRecord(manifest)) invalid('manifest', 'must be an object');
+  const text = toJsonText(manifest, 'manifest');
+  await call(() => handle.writeOuterLoop(text));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inspection (what `little` uses)
+
+/** One thing `verifyWorld` found wrong. */
+export type VerifyProblem = {
+  readonly kind: string;
+  readonly runId?: string;
+  readonly sequence?: number;
+  readonly artifactId?: string;
+  readonly message: string;
+};
+
+/** What `verifyWorld` checked and found. */
+export type VerifyReport = {
+  readonly ok: boolean;
+  readonly runs: number;
+  readonly events: number;
+  readonly artifacts: number;
+  readonly problems: readonly VerifyProblem[];
+};
+
+/**
+ * Re-check a run (or, without `runId`, every run and every artifact): dense sequences, canonical
+ * stored envelopes, event ids, rows that agree with their envelopes, referenced artifacts present,
+ * artifact hashes and sizes. Resolves with every problem found; it does not throw for them.
+ */
+export async function verifyWorld(world: World, runId?: string): Promise<VerifyReport> {
+  const handle = nativeOf(world);
+  if (runId !== undefined) checkRunIdType(runId);
+  return frozen<VerifyReport>(await call(() => handle.verify(runId)));
+}
+
+/** A run (or session) stored in a world. */
+export type RunSummary = {
+  readonly runId: string;
+  readonly eventCount: number;
+  readonly lastSequence: number;
+  readonly firstRecordedAt: string;
+  readonly lastRecordedAt: string;
+  readonly status: string;
+  readonly costUsd: number | null;
+};
+
+/** Every run stored in the world, ordered by id. */
+export async function listRuns(world: World): Promise<readonly RunSummary[]> {
+  const handle = nativeOf(world);
+  return frozen<RunSummary[]>(await call(() => handle.runs()));
+}

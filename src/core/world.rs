@@ -18,7 +18,9 @@ use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, AppendRequest, PreparedAppend};
 use crate::core::ids;
+use crate::core::locks::Locks;
 use crate::core::materialize::{self, pricing::Pricing};
+use crate::core::outer_loop::OuterLoops;
 use crate::core::runtime::{panic_message, Completer, Output, Pool, Ticket, THREAD_STACK};
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::sqlite::{self, Durability};
@@ -72,8 +74,17 @@ struct Inner {
     submit: Mutex<Option<Sender<PrepMsg>>>,
     reader: Arc<dyn LogReader>,
     artifacts: Arc<ArtifactStore>,
+    locks: Arc<Locks>,
+    outer_loops: Arc<OuterLoops>,
     pricing: Arc<Pricing>,
     completer: Arc<dyn Completer>,
+}
+
+/// What a world keeps besides its event log.
+struct Stores {
+    artifacts: Arc<ArtifactStore>,
+    locks: Locks,
+    outer_loops: OuterLoops,
 }
 
 impl World {
@@ -95,13 +106,17 @@ impl World {
             });
         }
         let (writer, reader) = sqlite::open(&data_dir, durability)?;
-        let artifacts = Arc::new(ArtifactStore::local(&data_dir)?);
+        let stores = Stores {
+            artifacts: Arc::new(ArtifactStore::local(&data_dir)?),
+            locks: Locks::local(&data_dir)?,
+            outer_loops: OuterLoops::local(&data_dir)?,
+        };
         Ok(Self::start(
             WorldKind::Local,
             Some(data_dir),
             Box::new(writer),
             Arc::new(reader),
-            artifacts,
+            stores,
             pricing,
             completer,
         ))
@@ -110,13 +125,17 @@ impl World {
     /// Open a fresh in-memory world.
     pub fn open_virtual(pricing: Pricing, completer: Arc<dyn Completer>) -> World {
         let log = MemoryLog::new();
-        let artifacts = Arc::new(ArtifactStore::memory());
+        let stores = Stores {
+            artifacts: Arc::new(ArtifactStore::memory()),
+            locks: Locks::memory(),
+            outer_loops: OuterLoops::memory(),
+        };
         Self::start(
             WorldKind::Virtual,
             None,
             Box::new(log.clone()),
             Arc::new(log),
-            artifacts,
+            stores,
             pricing,
             completer,
         )
@@ -127,10 +146,11 @@ impl World {
         data_dir: Option<PathBuf>,
         writer: Box<dyn LogWriter>,
         reader: Arc<dyn LogReader>,
-        artifacts: Arc<ArtifactStore>,
+        stores: Stores,
         pricing: Pricing,
         completer: Arc<dyn Completer>,
     ) -> World {
+        let artifacts = stores.artifacts;
         let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
         let (write_tx, write_rx) = unbounded::<WriteMsg>();
         {
@@ -154,6 +174,8 @@ impl World {
                 submit: Mutex::new(Some(prep_tx)),
                 reader,
                 artifacts,
+                locks: Arc::new(stores.locks),
+                outer_loops: Arc::new(stores.outer_loops),
                 pricing: Arc::new(pricing),
                 completer,
             }),
@@ -256,6 +278,76 @@ impl World {
                 })?),
             };
             Ok(Output::List(vec![Output::Json(manifest.to_json()), payload]))
+        })
+    }
+
+    /// Take a lock, waiting up to `wait`; completes with `{name, token}`. Runs on a thread of its
+    /// own, since it may sleep while it waits.
+    pub fn acquire_lock(&self, ticket: Ticket, name: String, wait: std::time::Duration) -> Result<()> {
+        self.ensure_open()?;
+        let locks = self.inner.locks.clone();
+        let completer = self.inner.completer.clone();
+        spawn("little-world-lock", move || {
+            let out = locks
+                .acquire(&name, wait)
+                .map(|h| Output::Json(serde_json::json!({"name": h.name, "token": h.token}).to_string()));
+            completer.complete(vec![(ticket, out)]);
+        });
+        Ok(())
+    }
+
+    /// Let go of a lock (see [`Locks::release`]).
+    pub fn release_lock(&self, ticket: Ticket, name: String, token: String) -> Result<()> {
+        let locks = self.inner.locks.clone();
+        self.run(ticket, move || locks.release(&name, &token).map(|()| Output::Unit))
+    }
+
+    /// Read an outer-loop manifest; completes with its JSON, or `null`.
+    pub fn read_outer_loop(&self, ticket: Ticket, id: String) -> Result<()> {
+        crate::core::outer_loop::check_outer_loop_id(&id)?;
+        let loops = self.inner.outer_loops.clone();
+        self.run(ticket, move || {
+            Ok(Output::Json(loops.read(&id)?.unwrap_or_else(|| "null".into())))
+        })
+    }
+
+    /// Write an outer-loop manifest.
+    pub fn write_outer_loop(&self, ticket: Ticket, manifest_json: String) -> Result<()> {
+        let loops = self.inner.outer_loops.clone();
+        self.run(ticket, move || loops.write(&manifest_json).map(|()| Output::Unit))
+    }
+
+    /// Re-check one run (or everything); completes with the report's JSON.
+    pub fn verify(&self, ticket: Ticket, run_id: Option<String>) -> Result<()> {
+        if let Some(r) = &run_id {
+            ids::check_stream_id(r)?;
+        }
+        let reader = self.inner.reader.clone();
+        let artifacts = self.inner.artifacts.clone();
+        self.run(ticket, move || {
+            let report = crate::core::verify::verify(&*reader, &artifacts, run_id.as_deref())?;
+            Ok(Output::Json(
+                serde_json::to_string(&report).expect("a report serializes"),
+            ))
+        })
+    }
+
+    /// Every run in the world with its event count, times, status and cost; completes with JSON.
+    pub fn runs(&self, ticket: Ticket) -> Result<()> {
+        let reader = self.inner.reader.clone();
+        let pricing = self.inner.pricing.clone();
+        self.run(ticket, move || {
+            let mut out = Vec::new();
+            for s in reader.streams()? {
+                let state: serde_json::Value =
+                    serde_json::from_str(&materialize::fold_stored(&*reader, &s.run_id, &pricing)?)
+                        .expect("state is JSON");
+                let mut row = serde_json::to_value(&s).expect("summary serializes");
+                row["status"] = state["status"].clone();
+                row["costUsd"] = state["usage"]["costUsd"].clone();
+                out.push(row);
+            }
+            Ok(Output::Json(serde_json::Value::Array(out).to_string()))
         })
     }
 

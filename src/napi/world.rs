@@ -189,6 +189,45 @@ impl NativeWorld {
         self.submit(&env, |t| self.world.read_artifact(t, &reference))
     }
 
+    /// Take a lock by name, waiting up to `waitMs`; resolves with `{"name","token"}` JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn acquire_lock(&self, env: Env, name: String, wait_ms: f64) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            let wait = count_arg("waitMs", Some(wait_ms))?.unwrap_or(0);
+            self.world.acquire_lock(t, name, std::time::Duration::from_millis(wait))
+        })
+    }
+
+    /// Let go of a lock; a token that does not own it is refused.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn release_lock(&self, env: Env, name: String, token: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.release_lock(t, name, token))
+    }
+
+    /// An outer-loop manifest's JSON, or `null`.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn read_outer_loop(&self, env: Env, outer_loop_id: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.read_outer_loop(t, outer_loop_id))
+    }
+
+    /// Write an outer-loop manifest (JSON text).
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn write_outer_loop(&self, env: Env, manifest_json: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.write_outer_loop(t, manifest_json))
+    }
+
+    /// Re-check a run, or the whole world; resolves with the report's JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn verify(&self, env: Env, run_id: Option<String>) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.verify(t, run_id))
+    }
+
+    /// The runs in the world with count, times, status and cost, as JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn runs(&self, env: Env) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.runs(t))
+    }
+
     /// Stop accepting work; resolves once every queued append has committed.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close(&self, env: Env) -> napi::Result<RawValue> {

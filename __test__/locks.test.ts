@@ -1,0 +1,173 @@
+// Run locks and outer-loop manifests.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import {
+  acquireOuterLoopLock,
+  acquireRunLock,
+  localWorld,
+  OuterLoopInputMismatchError,
+  readOuterLoopManifest,
+  RunLockedError,
+  WorldPathError,
+  writeOuterLoopManifest,
+  type WorldError,
+} from '@little-workflow/world';
+import { packageRoot, tempDir, track, worldKinds } from './helpers';
+
+async function rejection(p: Promise<unknown>): Promise<WorldError> {
+  try {
+    await p;
+  } catch (e) {
+    return e as WorldError;
+  }
+  throw new Error('expected a rejection');
+}
+
+const lockDir = (dataDir: string, name: string) => join(dataDir, 'locks', createHash('sha256').update(name).digest('hex'));
+
+describe.each(worldKinds)('locks on %s', (_name, makeWorld) => {
+  it('lets one holder at a time take a run lock, and refuses others after waitMs', async () => {
+    const world = makeWorld();
+    const lock = await acquireRunLock(world, 'run_l');
+    expect(lock.name).toBe('run:run_l');
+    const started = Date.now();
+    const err = await rejection(acquireRunLock(world, 'run_l', { waitMs: 150 }));
+    expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+    expect(err).toBeInstanceOf(RunLockedError);
+    expect(err.code).toBe('RUN_LOCKED');
+    expect(await rejection(acquireRunLock(world, 'run_l'))).toBeInstanceOf(RunLockedError);
+    // Other runs and outer loops are other locks.
+    const other = await acquireRunLock(world, 'run_m');
+    const loop = await acquireOuterLoopLock(world, 'run_l');
+    await Promise.all([other.release(), loop.release()]);
+    await lock.release();
+    await lock.release(); // idempotent
+    const again = await acquireRunLock(world, 'run_l');
+    expect(again.token).not.toBe(lock.token);
+    await again.release();
+  });
+
+  it('hands the lock to a waiting taker when it is released', async () => {
+    const world = makeWorld();
+    const lock = await acquireRunLock(world, 'run_w');
+    const waiting = acquireRunLock(world, 'run_w', { waitMs: 5000 });
+    setTimeout(() => void lock.release(), 100);
+    const next = await waiting;
+    expect(next.token).not.toBe(lock.token);
+    await next.release();
+  });
+
+  it('rejects malformed names before any I/O', async () => {
+    const world = makeWorld();
+    expect(await rejection(acquireRunLock(world, 'run_../x'))).toBeInstanceOf(WorldPathError);
+    expect(await rejection(acquireOuterLoopLock(world, 'a/b'))).toBeInstanceOf(WorldPathError);
+  });
+});
+
+describe('locks on disk', () => {
+  it('keeps owner.json {pid, token, createdAt} and refuses a release by a token that does not own the lock', async () => {
+    const dataDir = tempDir();
+    const world = track(localWorld({ dataDir }));
+    const lock = await acquireRunLock(world, 'run_own');
+    const ownerPath = join(lockDir(dataDir, 'run:run_own'), 'owner.json');
+    const owner = JSON.parse(readFileSync(ownerPath, 'utf8'));
+    expect(owner).toEqual({ pid: process.pid, token: lock.token, createdAt: expect.stringMatching(/Z$/) });
+    // Someone else takes over the lock (as a recovery would): the old holder may not release it.
+    writeFileSync(ownerPath, JSON.stringify({ ...owner, token: 'lck_someone_else' }));
+    expect(await rejection(lock.release())).toBeInstanceOf(RunLockedError);
+    expect(existsSync(ownerPath)).toBe(true);
+  });
+
+  it('recovers a lock whose owner process is gone, and respects a fresh lock whose owner is not written yet', async () => {
+    const dataDir = tempDir();
+    const world = track(localWorld({ dataDir }));
+    const dead = lockDir(dataDir, 'run:run_dead');
+    mkdirSync(dead);
+    writeFileSync(join(dead, 'owner.json'), JSON.stringify({ pid: 2147483646, token: 'lck_dead', createdAt: '2026-01-01T00:00:00.000Z' }));
+    const lock = await acquireRunLock(world, 'run_dead');
+    expect(lock.token).not.toBe('lck_dead');
+
+    const fresh = lockDir(dataDir, 'run:run_fresh');
+    mkdirSync(fresh);
+    expect(await rejection(acquireRunLock(world, 'run_fresh', { waitMs: 50 }))).toBeInstanceOf(RunLockedError);
+    // After the 30 s grace, an ownerless lock is presumed abandoned.
+    const past = new Date(Date.now() - 31_000);
+    utimesSync(fresh, past, past);
+    const taken = await acquireRunLock(world, 'run_fresh');
+    expect(taken.token).toMatch(/^lck_/);
+    expect(readdirSync(join(dataDir, 'locks')).filter((f) => f.endsWith('.recovery'))).toEqual([]);
+  });
+
+  it('makes two paths to one data directory contend for the same lock', async () => {
+    const dataDir = tempDir();
+    const link = join(tempDir(), 'link');
+    symlinkSync(dataDir, link);
+    const a = track(localWorld({ dataDir }));
+    const b = track(localWorld({ dataDir: link }));
+    expect(b.dataDir).toBe(a.dataDir);
+    const lock = await acquireRunLock(a, 'run_same');
+    expect(await rejection(acquireRunLock(b, 'run_same'))).toBeInstanceOf(RunLockedError);
+    await lock.release();
+    await (await acquireRunLock(b, 'run_same')).release();
+  });
+
+  it('refuses a second process while the holder lives, and hands over when it is killed', async () => {
+    const dataDir = tempDir();
+    const child = spawn(process.execPath, [join(__dirname, 'fixtures', 'lock-child.cjs'), dataDir, 'run_fence'], { cwd: packageRoot });
+    const token = await new Promise<string>((resolve, reject) => {
+      let buf = '';
+      child.stdout.on('data', (d) => {
+        buf += d;
+        const m = /locked (\S+)/.exec(buf);
+        if (m) resolve(m[1]);
+      });
+      child.on('exit', (code) => reject(new Error(`child exited ${code}`)));
+    });
+    const world = track(localWorld({ dataDir }));
+    const err = await rejection(acquireRunLock(world, 'run_fence', { waitMs: 100 }));
+    expect(err).toBeInstanceOf(RunLockedError);
+    expect(err.details.ownerPid).toBe(child.pid);
+    const exited = new Promise((r) => child.on('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+    const lock = await acquireRunLock(world, 'run_fence', { waitMs: 5000 });
+    expect(lock.token).not.toBe(token);
+    await lock.release();
+  });
+});
+
+describe.each(worldKinds)('outer-loop manifests on %s', (_name, makeWorld) => {
+  it('writes and reads manifests, refuses another inputHash, and keeps pendingCycleRunId until cleared', async () => {
+    const world = makeWorld();
+    expect(await readOuterLoopManifest(world, 'ol_1')).toBeUndefined();
+    const base = { outerLoopId: 'ol_1', goal: { description: 'find a date' }, maxCycles: 5, inputHash: 'sha256:abc' };
+    await writeOuterLoopManifest(world, { ...base, cycles: [], pendingCycleRunId: 'run_cycle_1' });
+    await writeOuterLoopManifest(world, { ...base, cycles: [{ cycleNumber: 1, runId: 'run_cycle_1', status: 'completed', output: { ok: 1 } }] });
+    const mid = await readOuterLoopManifest(world, 'ol_1');
+    expect(mid?.pendingCycleRunId).toBe('run_cycle_1');
+    expect(mid?.cycles?.[0].output).toEqual({ ok: 1 });
+    expect(Object.isFrozen(mid)).toBe(true);
+    await writeOuterLoopManifest(world, { ...base, pendingCycleRunId: null, result: { kind: 'done', finalOutput: 42 } });
+    const done = await readOuterLoopManifest(world, 'ol_1');
+    expect(done?.pendingCycleRunId).toBeUndefined();
+    expect(done?.result).toEqual({ kind: 'done', finalOutput: 42 });
+    const err = await rejection(writeOuterLoopManifest(world, { ...base, inputHash: 'sha256:other' }));
+    expect(err).toBeInstanceOf(OuterLoopInputMismatchError);
+    expect(err.code).toBe('OUTER_LOOP_INPUT_MISMATCH');
+    expect((await readOuterLoopManifest(world, 'ol_1'))?.inputHash).toBe('sha256:abc');
+    expect(await rejection(writeOuterLoopManifest(world, { outerLoopId: '../evil', inputHash: 'x' }))).toBeInstanceOf(WorldPathError);
+  });
+});
+
+describe('outer-loop manifests on disk', () => {
+  it('publishes outer-loops/<id>.json atomically, leaving no temporary file', async () => {
+    const dataDir = tempDir();
+    const world = track(localWorld({ dataDir }));
+    await writeOuterLoopManifest(world, { outerLoopId: 'ol_disk', inputHash: 'sha256:1', cycles: [] });
+    expect(readdirSync(join(dataDir, 'outer-loops'))).toEqual(['ol_disk.json']);
+    expect(JSON.parse(readFileSync(join(dataDir, 'outer-loops', 'ol_disk.json'), 'utf8'))).toEqual({ outerLoopId: 'ol_disk', inputHash: 'sha256:1', cycles: [] });
+  });
+});

@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+// `little`: look into a world from the command line.
+//
+//   little events <runId>    one canonical JSON envelope per line (for jq)
+//   little replay <runId>    the materialized state as JSON
+//   little verify [runId]    re-check density, event ids, canonical payloads, artifact hashes
+//   little runs              the runs in the world, one JSON object per line
+//
+// Every command takes --data-dir DIR (default ./.little-workflow) and --help.
+// Exit codes: 0 ok, 1 problems found (or the world could not be read), 2 usage error.
+'use strict';
+
+const { existsSync } = require('node:fs');
+const { join, resolve } = require('node:path');
+const { parseArgs } = require('node:util');
+
+const HELP = {
+  main: `usage: little <command> [--data-dir DIR] [args]
+
+commands:
+  events <runId>    print a run's events, one canonical JSON envelope per line
+  replay <runId>    print a run's materialized state as JSON
+  verify [runId]    re-check a run, or the whole world; exit 1 when problems are found
+  runs              print the runs in the world, one JSON object per line
+  serve             serve the inspector and a read-only API (little serve --help)
+
+options:
+  --data-dir DIR    the world's data directory (default: ./.little-workflow)
+  -h, --help        show help for a command`,
+  events: `usage: little events <runId> [--data-dir DIR]
+
+Prints every committed event of <runId> in sequence order, one canonical JSON envelope per line.`,
+  replay: `usage: little replay <runId> [--data-dir DIR]
+
+Folds <runId>'s events and prints the materialized state (status, steps, usage, cost) as JSON.`,
+  verify: `usage: little verify [runId] [--data-dir DIR]
+
+Re-checks a run (or every run and every artifact): dense sequences, event ids, canonical payloads,
+rows that agree with their envelopes, referenced artifacts, artifact hashes and sizes.
+Prints a JSON report; exits 1 when it finds a problem.`,
+  runs: `usage: little runs [--data-dir DIR]
+
+Prints each run in the world as one JSON object per line: runId, eventCount, lastSequence,
+firstRecordedAt, lastRecordedAt, status, costUsd.`,
+};
+
+class UsageError extends Error {}
+
+function out(line) {
+  return new Promise((res) => {
+    if (process.stdout.write(`${line}\n`)) res();
+    else process.stdout.once('drain', res);
+  });
+}
+
+function openWorld(lib, dataDir) {
+  const dir = resolve(dataDir);
+  if (!existsSync(join(dir, 'events', 'events.db'))) {
+    throw new UsageError(`no world at ${dir} (use --data-dir to point at one)`);
+  }
+  return lib.localWorld({ dataDir: dir, durability: 'normal' });
+}
+
+function runIdArg(positionals, required) {
+  const runId = positionals[0];
+  if (runId === undefined) {
+    if (required) throw new UsageError('a run id is required');
+    return undefined;
+  }
+  if (positionals.length > 1) throw new UsageError(`unexpected argument: ${positionals[1]}`);
+  if (!/^(run|ses)_[A-Za-z0-9_-]{1,80}$/.test(runId)) {
+    throw new UsageError(`invalid run id ${JSON.stringify(runId)}: expected run_ followed by 1-80 of [A-Za-z0-9_-]`);
+  }
+  return runId;
+}
+
+const COMMANDS = {
+  async events(lib, world, positionals) {
+    const runId = runIdArg(positionals, true);
+    let after = 0;
+    for (;;) {
+      const page = await lib.listEvents(world, runId, { afterSequence: after, limit: 1000 });
+      for (const e of page) await out(lib.canonicalize(e));
+      if (page.length < 1000) return 0;
+      after = page[page.length - 1].sequence;
+    }
+  },
+  async replay(lib, world, positionals) {
+    const runId = runIdArg(positionals, true);
+    await out(JSON.stringify(await lib.materializeRunState(world, runId), null, 2));
+    return 0;
+  },
+  async verify(lib, world, positionals) {
+    const runId = runIdArg(positionals, false);
+    const report = await lib.verifyWorld(world, runId);
+    await out(JSON.stringify(report, null, 2));
+    if (!report.ok) {
+      for (const p of report.problems) {
+        const where = [p.runId, p.sequence !== undefined ? `sequence ${p.sequence}` : undefined, p.artifactId].filter(Boolean).join(' ');
+        process.stderr.write(`little verify: ${p.kind}${where ? ` (${where})` : ''}: ${p.message}\n`);
+      }
+      return 1;
+    }
+    return 0;
+  },
+  async runs(lib, world, positionals) {
+    if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
+    for (const r of await lib.listRuns(world)) await out(JSON.stringify(r));
+    return 0;
+  },
+};
+
+async function main(argv) {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '-h' || command === '--help' || command === 'help') {
+    await out(HELP.main);
+    return command === undefined ? 2 : 0;
+  }
+  if (command === 'serve') return require('../server/serve.js').main(rest);
+  const run = COMMANDS[command];
+  if (!run) throw new UsageError(`unknown command: ${command}`);
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: rest,
+      options: { 'data-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+    });
+  } catch (err) {
+    throw new UsageError(err.message);
+  }
+  if (parsed.values.help) {
+    await out(HELP[command]);
+    return 0;
+  }
+  const lib = require('..');
+  const world = openWorld(lib, parsed.values['data-dir'] ?? '.little-workflow');
+  try {
+    return await run(lib, world, parsed.positionals);
+  } finally {
+    await world.close();
+  }
+}
+
+// A reader that goes away (`little events run_x | head`) is not an error.
+process.stdout.on('error', (err) => {
+  if (err.code === 'EPIPE') process.exit(0);
+  throw err;
+});
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err) => {
+    if (err instanceof UsageError) {
+      process.stderr.write(`little: ${err.message}\n(see little --help)\n`);
+      process.exitCode = 2;
+    } else {
+      const code = err && err.code ? ` [${err.code}]` : '';
+      process.stderr.write(`little: ${err && err.message ? err.message : String(err)}${code}\n`);
+      process.exitCode = 1;
+    }
+  },
+);

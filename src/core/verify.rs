@@ -1,0 +1,177 @@
+//! `little verify`: re-check everything a world stores, and name what is wrong.
+//!
+//! For each stream: sequences dense from 1, each stored envelope canonical JSON, its columns
+//! agreeing with its text, its event id and request digest matching its content, and every
+//! artifact it references present. For artifacts: each manifest against its id, each blob's size
+//! and sha256. Problems are collected, not thrown, so one run of verify reports all of them.
+
+use crate::core::artifacts::ArtifactStore;
+use crate::core::canonical;
+use crate::core::error::{Result, WorldError};
+use crate::core::events::shape;
+use crate::core::store::{LogReader, StoredEvent};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// One thing verify found wrong.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `missing-artifact`,
+    /// `artifact-hash`, `artifact-manifest`, `artifact-integrity`.
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<String>,
+    pub message: String,
+}
+
+/// What verify checked and found.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub ok: bool,
+    pub runs: u64,
+    pub events: u64,
+    pub artifacts: u64,
+    pub problems: Vec<Problem>,
+}
+
+/// Verify one stream (`Some(run)`) and the artifacts it references, or every stream and every
+/// artifact (`None`).
+pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&str>) -> Result<Report> {
+    let streams: Vec<String> = match run {
+        Some(r) => vec![r.to_string()],
+        None => reader.streams()?.into_iter().map(|s| s.run_id).collect(),
+    };
+    let mut problems = Vec::new();
+    let mut events = 0;
+    let mut referenced = BTreeSet::new();
+    for stream in &streams {
+        let mut expected = 1u64;
+        reader.rows(stream, 0, &mut |row| {
+            events += 1;
+            if row.sequence != expected {
+                problems.push(Problem {
+                    kind: "hole",
+                    run_id: Some(stream.clone()),
+                    sequence: Some(expected),
+                    artifact_id: None,
+                    message: format!("sequences {expected}..{} are missing", row.sequence - 1),
+                });
+            }
+            expected = row.sequence + 1;
+            check_row(&row, &mut problems, &mut referenced);
+            Ok(())
+        })?;
+    }
+    for id in &referenced {
+        if !crate::core::events::Artifacts::artifact_exists(artifacts, id)? {
+            problems.push(Problem {
+                kind: "missing-artifact",
+                run_id: run.map(str::to_string),
+                sequence: None,
+                artifact_id: Some(id.clone()),
+                message: format!("artifact {id} is referenced but not stored"),
+            });
+        }
+    }
+    let to_check: Vec<String> = match run {
+        Some(_) => referenced.into_iter().collect(),
+        None => artifacts.list()?,
+    };
+    for id in &to_check {
+        if let Err(e) = artifacts.read(id) {
+            let kind = match e.code() {
+                "ARTIFACT_NOT_FOUND" => continue, // reported above
+                "ARTIFACT_HASH_MISMATCH" => "artifact-hash",
+                "ARTIFACT_MANIFEST_CORRUPT" => "artifact-manifest",
+                "WORLD_IO" => return Err(e),
+                _ => "artifact-integrity",
+            };
+            problems.push(Problem {
+                kind,
+                run_id: None,
+                sequence: None,
+                artifact_id: Some(id.clone()),
+                message: e.to_string(),
+            });
+        }
+    }
+    Ok(Report {
+        ok: problems.is_empty(),
+        runs: streams.len() as u64,
+        events,
+        artifacts: to_check.len() as u64,
+        problems,
+    })
+}
+
+fn check_row(row: &StoredEvent, problems: &mut Vec<Problem>, referenced: &mut BTreeSet<String>) {
+    let mut report = |kind: &'static str, message: String| {
+        problems.push(Problem {
+            kind,
+            run_id: Some(row.run_id.clone()),
+            sequence: Some(row.sequence),
+            artifact_id: None,
+            message,
+        })
+    };
+    let value: Value = match canonical::parse(&row.envelope) {
+        Ok(v) => v,
+        Err(e) => return report("unreadable", format!("the stored envelope {e}")),
+    };
+    if canonical::to_string(&value) != row.envelope {
+        report("not-canonical", "the stored envelope is not canonical JSON".into());
+    }
+    let text = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_string);
+    let mismatched: Vec<&str> = [
+        ("runId", text("runId") != Some(row.run_id.clone())),
+        (
+            "sequence",
+            value.get("sequence").and_then(Value::as_u64) != Some(row.sequence),
+        ),
+        ("type", text("type") != Some(row.event_type.clone())),
+        ("eventId", text("eventId") != Some(row.event_id.clone())),
+        ("recordedAt", text("recordedAt") != Some(row.recorded_at.clone())),
+        ("appendIdempotencyKey", text("appendIdempotencyKey") != row.key),
+        ("canonicalRequestDigest", text("canonicalRequestDigest") != row.digest),
+    ]
+    .into_iter()
+    .filter_map(|(k, bad)| bad.then_some(k))
+    .collect();
+    if !mismatched.is_empty() {
+        report(
+            "row-mismatch",
+            format!(
+                "the row's columns disagree with its envelope on {}",
+                mismatched.join(", ")
+            ),
+        );
+    }
+    if let Err(e) = shape::check_envelope(&value) {
+        let message = match e {
+            WorldError::EventLogCorrupt { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        report("event-id", message);
+    }
+    if let Some(payload) = value.get("payload") {
+        collect_refs(payload, referenced);
+    }
+}
+
+fn collect_refs(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::String(s) if crate::core::events::known::is_artifact_ref(s) => {
+            out.insert(s["artifact://".len()..].to_string());
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),
+        Value::Object(m) => m.values().for_each(|x| collect_refs(x, out)),
+        _ => {}
+    }
+}
