@@ -264,7 +264,22 @@ export interface VirtualWorldOptions {
   pricing?: PricingRegistry;
 }
 
-const natives = new WeakMap<World, NativeWorld>();
+/**
+ * The native handle of each open world, and the wakers of its live subscriptions (called after each
+ * append this process commits). Kept on `globalThis` under a registered symbol, so two copies of
+ * this module in one process (a bundler inlining one, Node loading another) share them.
+ */
+const shared = ((globalThis as Record<symbol, unknown>)[Symbol.for('@little-workflow/world:worlds')] ??= {
+  natives: new WeakMap<World, NativeWorld>(),
+  wakers: new WeakMap<World, Set<() => void>>(),
+}) as { natives: WeakMap<World, NativeWorld>; wakers: WeakMap<World, Set<() => void>> };
+const natives = shared.natives;
+const wakers = shared.wakers;
+
+function wakeSubscribers(world: World): void {
+  const set = wakers.get(world);
+  if (set) for (const wake of [...set]) wake();
+}
 
 class OpenWorld implements World {
   readonly kind: 'local' | 'virtual';
@@ -277,8 +292,9 @@ class OpenWorld implements World {
     Object.freeze(this);
   }
 
-  close(): Promise<void> {
-    return call(() => nativeOf(this).close());
+  async close(): Promise<void> {
+    await call(() => nativeOf(this).close());
+    wakeSubscribers(this); // live subscriptions notice the close now, not at their next poll
   }
 }
 
@@ -374,6 +390,7 @@ export async function appendEvent(world: World, runId: string, input: AppendEven
   if (!isPlainRecord(payload)) invalid('payload', 'must be an object', runId);
   const payloadJson = toJsonText(payload, 'payload', runId);
   const text = await call(() => handle.append(runId, type, payloadJson, appendIdempotencyKey));
+  wakeSubscribers(world);
   return frozen<EventEnvelope>(text);
 }
 
@@ -763,4 +780,71 @@ export type RunSummary = {
 export async function listRuns(world: World): Promise<readonly RunSummary[]> {
   const handle = nativeOf(world);
   return frozen<RunSummary[]>(await call(() => handle.runs()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watching a run live
+
+/** How often a subscription looks for events committed by other processes. */
+const SUBSCRIBE_POLL_MS = 100;
+/** Events fetched per read; a slow consumer holds at most this many. */
+const SUBSCRIBE_PAGE = 256;
+
+/** Options of {@link subscribe}. */
+export interface SubscribeOptions {
+  /** Start after this sequence (default 0: from the first event). */
+  afterSequence?: number;
+  /** Ends the subscription when aborted. */
+  signal?: AbortSignal;
+}
+
+/**
+ * The committed events of a run (or session) after `afterSequence`, in order, then each new one as
+ * it commits, including those appended by other processes on the same data directory (seen within
+ * about 100 ms). Never skips or repeats a sequence. Ends when `signal` aborts or the world closes.
+ * Events are read a page at a time as the consumer pulls, so a slow consumer holds a bounded buffer.
+ */
+export async function* subscribe(world: World, streamId: string, opts?: SubscribeOptions): AsyncGenerator<EventEnvelope, void, undefined> {
+  nativeOf(world);
+  checkRunIdType(streamId, 'streamId');
+  const o = options(opts, 'subscribe options');
+  let after = o.afterSequence ?? 0;
+  if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
+  const signal = o.signal;
+  let set = wakers.get(world);
+  if (!set) wakers.set(world, (set = new Set()));
+  let wake: (() => void) | undefined;
+  const waker = () => wake?.();
+  const onAbort = () => wake?.();
+  set.add(waker);
+  signal?.addEventListener('abort', onAbort);
+  try {
+    while (!signal?.aborted) {
+      let page: readonly EventEnvelope[];
+      try {
+        page = await listEvents(world, streamId, { afterSequence: after, limit: SUBSCRIBE_PAGE });
+      } catch (err) {
+        if (err instanceof WorldClosedError) return;
+        throw err;
+      }
+      for (const e of page) {
+        if (signal?.aborted) return;
+        after = e.sequence;
+        yield e;
+      }
+      if (page.length === SUBSCRIBE_PAGE) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, SUBSCRIBE_POLL_MS);
+        function done() {
+          clearTimeout(timer);
+          wake = undefined;
+          resolve();
+        }
+        wake = done;
+      });
+    }
+  } finally {
+    set.delete(waker);
+    signal?.removeEventListener('abort', onAbort);
+  }
 }

@@ -5,6 +5,7 @@
 //   little replay <runId>    the materialized state as JSON
 //   little verify [runId]    re-check density, event ids, canonical payloads, artifact hashes
 //   little runs              the runs in the world, one JSON object per line
+//   little serve             the inspector page and a read-only API (Server-Sent Events)
 //
 // Every command takes --data-dir DIR (default ./.little-workflow) and --help.
 // Exit codes: 0 ok, 1 problems found (or the world could not be read), 2 usage error.
@@ -116,7 +117,15 @@ async function main(argv) {
     await out(HELP.main);
     return command === undefined ? 2 : 0;
   }
-  if (command === 'serve') return require('../server/serve.js').main(rest);
+  if (command === 'serve') {
+    const serve = require('../server/serve.js');
+    try {
+      return await serve.main(rest);
+    } catch (err) {
+      if (err instanceof serve.UsageError) throw new UsageError(err.message);
+      throw err;
+    }
+  }
   const run = COMMANDS[command];
   if (!run) throw new UsageError(`unknown command: ${command}`);
   let parsed;

@@ -1,0 +1,177 @@
+// Watching a run live: subscribe (in one process and across processes) and Server-Sent Events.
+import { spawn } from 'node:child_process';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { EventSource } from 'eventsource';
+import { describe, expect, it } from 'vitest';
+import * as lib from '@little-workflow/world';
+import { appendEvent, localWorld, subscribe, virtualWorld, type EventEnvelope, type World } from '@little-workflow/world';
+import { packageRoot, tempDir, track } from './helpers';
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { createServer } = require('../server/serve.js') as typeof import('../server/serve.js');
+
+const step = (i: number) => ({ type: 'StepStarted', payload: { stepPath: `s${i}` } });
+
+async function take(it: AsyncIterator<EventEnvelope>, n: number): Promise<EventEnvelope[]> {
+  const out: EventEnvelope[] = [];
+  while (out.length < n) {
+    const r = await it.next();
+    if (r.done) break;
+    out.push(r.value);
+  }
+  return out;
+}
+
+describe('subscribe', () => {
+  it('yields the backlog, then each new event as it commits, and ends on abort', async () => {
+    for (const world of [track(virtualWorld()), track(localWorld({ dataDir: tempDir() }))]) {
+      for (let i = 1; i <= 5; i++) await appendEvent(world, 'run_sub', step(i));
+      const controller = new AbortController();
+      const it = subscribe(world, 'run_sub', { afterSequence: 2, signal: controller.signal })[Symbol.asyncIterator]();
+      expect((await take(it, 3)).map((e) => e.sequence)).toEqual([3, 4, 5]);
+      const next = take(it, 2);
+      await appendEvent(world, 'run_sub', step(6));
+      await appendEvent(world, 'run_sub', step(7));
+      expect((await next).map((e) => e.sequence)).toEqual([6, 7]);
+      const pending = it.next();
+      controller.abort();
+      expect((await pending).done).toBe(true);
+    }
+  });
+
+  it('ends when the world closes', async () => {
+    const world = localWorld({ dataDir: tempDir() });
+    await appendEvent(world, 'run_close', step(1));
+    const it = subscribe(world, 'run_close')[Symbol.asyncIterator]();
+    expect((await it.next()).value.sequence).toBe(1);
+    const pending = it.next();
+    await world.close();
+    expect((await pending).done).toBe(true);
+  });
+
+  it('sees events appended by another process, never skipping or repeating a sequence', async () => {
+    const dataDir = tempDir();
+    const world = track(localWorld({ dataDir }));
+    await appendEvent(world, 'run_cross', step(0));
+    const controller = new AbortController();
+    const seen: number[] = [];
+    const reading = (async () => {
+      for await (const e of subscribe(world, 'run_cross', { signal: controller.signal })) {
+        seen.push(e.sequence);
+        if (seen.length === 601) controller.abort();
+      }
+    })();
+    const children = ['a', 'b'].map(
+      (label) =>
+        new Promise<number | null>((resolve) => {
+          const c = spawn(process.execPath, [join(__dirname, 'fixtures', 'append-child.cjs'), dataDir, 'run_cross', '300', label], { cwd: packageRoot });
+          c.on('exit', resolve);
+        }),
+    );
+    expect(await Promise.all(children)).toEqual([0, 0]);
+    await reading;
+    expect(seen).toEqual(Array.from({ length: 601 }, (_, i) => i + 1));
+  });
+});
+
+async function serve(world: World, opts: { heartbeatMs?: number } = {}) {
+  const server = createServer(lib, world, opts);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    base,
+    server,
+    async close() {
+      for (const c of server.openStreams) c.abort();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
+
+describe('little serve', () => {
+  it('answers the API, with 400 for bad ids and 404 for unknown paths', async () => {
+    const world = track(virtualWorld());
+    await appendEvent(world, 'run_api', step(1));
+    const s = await serve(world);
+    try {
+      const runs = await (await fetch(`${s.base}/api/runs`)).json();
+      expect(runs.map((r: { runId: string }) => r.runId)).toEqual(['run_api']);
+      const state = await (await fetch(`${s.base}/api/runs/run_api/state`)).json();
+      expect(state.eventCount).toBe(1);
+      expect((await fetch(`${s.base}/api/runs/not%20a%20run/state`)).status).toBe(400);
+      expect((await fetch(`${s.base}/api/runs/run_x%2F..%2F/events`)).status).toBe(400);
+      expect((await fetch(`${s.base}/api/runs/run_api/events?after=abc`)).status).toBe(400);
+      expect((await fetch(`${s.base}/api/nothing`)).status).toBe(404);
+      expect((await fetch(`${s.base}/api/runs`, { method: 'POST' })).status).toBe(405);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('streams events over SSE and resumes after a disconnect with nothing lost and nothing repeated', async () => {
+    const world = track(localWorld({ dataDir: tempDir() }));
+    for (let i = 1; i <= 20; i++) await appendEvent(world, 'run_sse', step(i));
+    const s = await serve(world, { heartbeatMs: 50 });
+    const received: Array<{ id: string; type: string; seq: number }> = [];
+    const listen = (es: EventSource) => {
+      es.addEventListener('StepStarted', (ev) => {
+        const env = JSON.parse(ev.data);
+        received.push({ id: ev.lastEventId, type: ev.type, seq: env.sequence });
+      });
+    };
+    try {
+      // 1. Connect, read the backlog, and have the server drop the connection mid-run: the client
+      //    reconnects by itself, sending Last-Event-ID.
+      const es = new EventSource(`${s.base}/api/runs/run_sse/events`);
+      listen(es);
+      await until(() => received.length >= 20);
+      for (const c of s.server.openStreams) c.abort(); // the server ends the stream
+      for (let i = 21; i <= 40; i++) await appendEvent(world, 'run_sse', step(i));
+      await until(() => received.length >= 40);
+      es.close();
+      // 2. The client goes away; events keep coming; a new client resumes with ?after=.
+      for (let i = 41; i <= 60; i++) await appendEvent(world, 'run_sse', step(i));
+      const last = received[received.length - 1].seq;
+      const es2 = new EventSource(`${s.base}/api/runs/run_sse/events?after=${last}`);
+      listen(es2);
+      await until(() => received.length >= 60);
+      es2.close();
+      expect(received.map((r) => r.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+      expect(received.every((r) => r.id === String(r.seq) && r.type === 'StepStarted')).toBe(true);
+      // Nothing leaks: every stream the clients opened has ended on the server.
+      await until(() => s.server.openStreams.size === 0);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('sends heartbeat comments', async () => {
+    const world = track(virtualWorld());
+    const s = await serve(world, { heartbeatMs: 30 });
+    try {
+      const controller = new AbortController();
+      const res = await fetch(`${s.base}/api/runs/run_quiet/events`, { signal: controller.signal });
+      const reader = res.body!.getReader();
+      let text = '';
+      while (!text.includes(': heartbeat')) {
+        const chunk = await reader.read();
+        if (chunk.done) throw new Error(`the stream ended before a heartbeat: ${text}`);
+        text += new TextDecoder().decode(chunk.value);
+      }
+      controller.abort();
+      expect(res.headers.get('content-type')).toContain('text/event-stream');
+      await until(() => s.server.openStreams.size === 0);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+async function until(cond: () => boolean, timeoutMs = 20_000): Promise<void> {
+  const start = Date.now();
+  while (!cond()) {
+    if (Date.now() - start > timeoutMs) throw new Error('timed out waiting');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

@@ -1,0 +1,147 @@
+// `little serve`: a read-only view of a world over HTTP, and the inspector page.
+//
+//   GET /                        the inspector (inspector/index.html, app.js, style.css)
+//   GET /api/runs                the runs, newest activity first, with event count, status, last time, cost
+//   GET /api/runs/:id/events     Server-Sent Events: id = sequence, event = type, data = envelope;
+//                                resumes after Last-Event-ID (or ?after=N); a heartbeat comment every 15 s
+//   GET /api/runs/:id/state      the materialized state
+//
+// Nothing here writes to the world. A client that goes away ends its subscription at once.
+'use strict';
+
+const http = require('node:http');
+const { existsSync, readFileSync } = require('node:fs');
+const { join, resolve } = require('node:path');
+const { parseArgs } = require('node:util');
+
+const HELP = `usage: little serve [--data-dir DIR] [--port N] [--host H]
+
+Serves the inspector at / and a read-only API (/api/runs, /api/runs/:id/events as Server-Sent
+Events, /api/runs/:id/state) for the world in DIR (default ./.little-workflow), on 127.0.0.1
+unless --host is given, port 4710 unless --port is given (0 picks a free port).`;
+
+const HEARTBEAT_MS = 15_000;
+const STREAM_ID = /^(run|ses)_[A-Za-z0-9_-]{1,80}$/;
+const STATIC = {
+  '/': ['index.html', 'text/html; charset=utf-8'],
+  '/index.html': ['index.html', 'text/html; charset=utf-8'],
+  '/app.js': ['app.js', 'text/javascript; charset=utf-8'],
+  '/style.css': ['style.css', 'text/css; charset=utf-8'],
+};
+
+class UsageError extends Error {}
+
+function send(res, status, body, type = 'application/json; charset=utf-8') {
+  res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
+  res.end(body);
+}
+
+function sendJson(res, status, value) {
+  send(res, status, JSON.stringify(value));
+}
+
+/** Create the server for an open world. Resolves nothing by itself; call listen(). */
+function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS } = {}) {
+  const open = new Set();
+  const server = http.createServer(async (req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    try {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        res.setHeader('allow', 'GET, HEAD');
+        return sendJson(res, 405, { error: 'read-only: only GET is served' });
+      }
+      const file = STATIC[url.pathname];
+      if (file) {
+        const path = join(inspectorDir, file[0]);
+        if (!existsSync(path)) return sendJson(res, 404, { error: `${file[0]} is not installed` });
+        return send(res, 200, readFileSync(path), file[1]);
+      }
+      if (url.pathname === '/api/runs') {
+        const runs = [...(await lib.listRuns(world))].sort((a, b) => (a.lastRecordedAt < b.lastRecordedAt ? 1 : a.lastRecordedAt > b.lastRecordedAt ? -1 : 0));
+        return sendJson(res, 200, runs);
+      }
+      const m = /^\/api\/runs\/([^/]+)\/(events|state)$/.exec(url.pathname);
+      if (!m) return sendJson(res, 404, { error: `no such path: ${url.pathname}` });
+      const id = decodeURIComponent(m[1]);
+      if (!STREAM_ID.test(id)) return sendJson(res, 400, { error: `invalid run id: expected run_ (or ses_) followed by 1-80 of [A-Za-z0-9_-]` });
+      if (m[2] === 'state') return sendJson(res, 200, await lib.materializeRunState(world, id));
+      return streamEvents(lib, world, id, req, res, url, open, heartbeatMs);
+    } catch (err) {
+      if (!res.headersSent) sendJson(res, err && err.code === 'WORLD_PATH' ? 400 : 500, { error: err.message, code: err.code });
+      else res.destroy();
+    }
+  });
+  server.openStreams = open;
+  return server;
+}
+
+async function streamEvents(lib, world, id, req, res, url, open, heartbeatMs) {
+  const resumeFrom = req.headers['last-event-id'] ?? url.searchParams.get('after') ?? '0';
+  if (!/^\d{1,15}$/.test(String(resumeFrom))) return sendJson(res, 400, { error: 'Last-Event-ID / after must be a sequence number' });
+  const after = Number(resumeFrom);
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-store',
+    connection: 'keep-alive',
+    'x-accel-buffering': 'no',
+  });
+  res.write('retry: 1000\n\n');
+  const controller = new AbortController();
+  const heartbeat = setInterval(() => res.write(': heartbeat\n\n'), heartbeatMs);
+  const stop = () => controller.abort();
+  req.on('close', stop);
+  res.on('close', stop);
+  open.add(controller);
+  try {
+    for await (const e of lib.subscribe(world, id, { afterSequence: after, signal: controller.signal })) {
+      const ok = res.write(`id: ${e.sequence}\nevent: ${e.type}\ndata: ${lib.canonicalize(e)}\n\n`);
+      if (!ok && !controller.signal.aborted) await new Promise((r) => res.once('drain', r).once('close', r));
+    }
+  } finally {
+    clearInterval(heartbeat);
+    open.delete(controller);
+    req.off('close', stop);
+    res.end();
+  }
+}
+
+async function main(argv) {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: { 'data-dir': { type: 'string' }, port: { type: 'string' }, host: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: false,
+    });
+  } catch (err) {
+    throw new UsageError(err.message);
+  }
+  if (parsed.values.help) {
+    process.stdout.write(`${HELP}\n`);
+    return 0;
+  }
+  const port = Number(parsed.values.port ?? 4710);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`invalid port: ${parsed.values.port}`);
+  const host = parsed.values.host ?? '127.0.0.1';
+  const dataDir = resolve(parsed.values['data-dir'] ?? '.little-workflow');
+  if (!existsSync(join(dataDir, 'events', 'events.db'))) throw new UsageError(`no world at ${dataDir} (use --data-dir to point at one)`);
+  const lib = require('..');
+  const world = lib.localWorld({ dataDir, durability: 'normal' });
+  const server = createServer(lib, world);
+  await new Promise((res, rej) => server.once('error', rej).listen(port, host, res));
+  const addr = server.address();
+  process.stdout.write(`little serve: http://${host.includes(':') ? `[${host}]` : host}:${addr.port}/ (world ${dataDir})\n`);
+  await new Promise((res) => {
+    const shutdown = () => {
+      for (const c of server.openStreams) c.abort();
+      server.close(() => res());
+      server.closeAllConnections?.();
+    };
+    process.once('SIGINT', shutdown);
+    process.once('SIGTERM', shutdown);
+  });
+  await world.close();
+  return 0;
+}
+
+module.exports = { createServer, main, UsageError };
