@@ -7,8 +7,7 @@ import { describe, expect, it } from 'vitest';
 import * as lib from '@little-workflow/world';
 import { appendEvent, localWorld, subscribe, virtualWorld, type EventEnvelope, type World } from '@little-workflow/world';
 import { packageRoot, tempDir, track } from './helpers';
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const { createServer } = require('../server/serve.js') as typeof import('../server/serve.js');
+import { createServer } from '../server/serve.js';
 
 const step = (i: number) => ({ type: 'StepStarted', payload: { stepPath: `s${i}` } });
 
@@ -43,7 +42,7 @@ describe('subscribe', () => {
     const world = localWorld({ dataDir: tempDir() });
     await appendEvent(world, 'run_close', step(1));
     const it = subscribe(world, 'run_close')[Symbol.asyncIterator]();
-    expect((await it.next()).value.sequence).toBe(1);
+    expect(((await it.next()).value as EventEnvelope).sequence).toBe(1);
     const pending = it.next();
     await world.close();
     expect((await pending).done).toBe(true);
@@ -95,9 +94,9 @@ describe('little serve', () => {
     await appendEvent(world, 'run_api', step(1));
     const s = await serve(world);
     try {
-      const runs = await (await fetch(`${s.base}/api/runs`)).json();
+      const runs = (await (await fetch(`${s.base}/api/runs`)).json()) as Array<{ runId: string }>;
       expect(runs.map((r: { runId: string }) => r.runId)).toEqual(['run_api']);
-      const state = await (await fetch(`${s.base}/api/runs/run_api/state`)).json();
+      const state = (await (await fetch(`${s.base}/api/runs/run_api/state`)).json()) as { eventCount: number };
       expect(state.eventCount).toBe(1);
       expect((await fetch(`${s.base}/api/runs/not%20a%20run/state`)).status).toBe(400);
       expect((await fetch(`${s.base}/api/runs/run_x%2F..%2F/events`)).status).toBe(400);

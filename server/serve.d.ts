@@ -1,0 +1,12 @@
+import type { Server } from 'node:http';
+
+/** The `little serve` HTTP server for an open world; `openStreams` holds one controller per live SSE stream. */
+export function createServer(
+  lib: typeof import('../world'),
+  world: import('../world').World,
+  options?: { inspectorDir?: string; heartbeatMs?: number },
+): Server & { openStreams: Set<AbortController> };
+/** Run `little serve` with command-line arguments; resolves with the exit code. */
+export function main(argv: string[]): Promise<number>;
+/** A command-line usage error (exit code 2). */
+export class UsageError extends Error {}
