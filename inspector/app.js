@@ -379,10 +379,18 @@
       this.tick = setInterval(() => this.renderClock(), 1000);
     }
 
-    start() {
+    /**
+     * Load the state, then the backlog (read with fetch, so events of any type arrive in order),
+     * then open the EventSource for live events with ?after=<last held sequence>.
+     */
+    async start() {
       clearTimeline();
       setLive('reconnecting');
-      this.refreshState().then((ok) => { if (ok !== false && this.alive) this.openStream(this.lastContig); });
+      const st = await this.refreshState();
+      if (st === false || !this.alive) return;
+      const count = st ? num(st.eventCount) : 0;
+      if (count > 0) await this.fill(count);
+      if (this.alive) this.openStream(this.lastContig);
     }
 
     destroy() {
@@ -574,7 +582,7 @@
       } catch (err) {
         if (!this.alive || err.name === 'AbortError') return null;
         if (err.status === 400) {
-          showRunError(`Invalid run id: ${err.message}`);
+          showRunError(`The server refused this run id (400): ${err.message}`);
           this.alive = false;
           this.closeStream();
           setLive('reconnecting');
@@ -618,7 +626,7 @@
       if (this.resyncing) { this.resyncQueued = true; return; }
       this.resyncing = true;
       this.stats.resyncs += 1;
-      this.lastResyncReason = reason;
+      this.lastResyncReason = String(reason);
       try {
         do {
           this.resyncQueued = false;
@@ -634,7 +642,7 @@
             showRunError(`Events after #${this.lastContig} could not be loaded yet; retrying.`, true);
           } else {
             this.stuck = null;
-            hideRunError(true);
+            if (st) hideRunError(true);
           }
           if (reason === 'reconnect' || !this.es || this.lastContig < target || this.above.size > 0 || reason === 'gap') {
             this.openStream(this.lastContig);
@@ -837,7 +845,9 @@
     let same = list.children.length === frag.length;
     if (same) for (let i = 0; i < frag.length; i++) if (list.children[i] !== frag[i]) { same = false; break; }
     if (!same) list.replaceChildren(...frag);
+    if (st.status === 'running' && stepsPinned) list.scrollTop = list.scrollHeight; // follow the newest steps
   }
+  let stepsPinned = true;
   function stepRow(path) {
     const li = el('li', 'step');
     li.dataset.stepPath = path;
@@ -1054,6 +1064,8 @@
     $('run-title').textContent = runId;
     document.title = `${runId} · little inspector`;
     resetRunPanels();
+    stepsPinned = true;
+    $('follow').checked = true;
     current = new RunView(runId);
     renderRuns();
     if (!RUN_ID_RE.test(runId)) {
@@ -1085,7 +1097,8 @@
     debug() {
       if (!current) return null;
       return { runId: current.runId, lastContig: current.lastContig, above: [...current.above], held: current.held,
-        rendered: current.rows.size, stats: { ...current.stats }, types: current.types.size };
+        rendered: current.rows.size, stats: { ...current.stats }, types: current.types.size,
+        lastResyncReason: current.lastResyncReason || null, live: !!current.es && current.es.readyState === 1 };
     },
   };
 
@@ -1101,6 +1114,10 @@
       if (current && current.autoScrolling) { current.autoScrolling = false; return; }
       // Scrolling up to read stops following new events; scrolling back to the end resumes it.
       $('follow').checked = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+    }, { passive: true });
+    $('steps').addEventListener('scroll', () => {
+      const list = $('steps');
+      stepsPinned = list.scrollHeight - list.scrollTop - list.clientHeight < 30;
     }, { passive: true });
     $('follow').addEventListener('change', () => {
       const list = $('timeline');
