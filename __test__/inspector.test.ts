@@ -1,0 +1,97 @@
+// The inspector page in headless Chromium (Debian's chromium, driven by playwright-core): it shows
+// a run, shows an appended event without a reload, and a screenshot of a priced run is saved to
+// __test__/artifacts/ as a test artifact.
+import { existsSync, mkdirSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { chromium, type Browser } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as lib from '@little-workflow/world';
+import { appendEvent, localWorld, type World } from '@little-workflow/world';
+import { createServer } from '../server/serve.js';
+import { tempDir } from './helpers';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const ARTIFACTS = join(__dirname, 'artifacts');
+
+let browser: Browser;
+let world: World;
+let server: ReturnType<typeof createServer>;
+let base: string;
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`Chromium is not installed at ${CHROMIUM} (.ci/run installs Debian's chromium)`);
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  world = localWorld({ dataDir: tempDir() });
+  server = createServer(lib, world);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  await browser?.close();
+  for (const c of server?.openStreams ?? []) c.abort();
+  server?.closeAllConnections();
+  await new Promise((r) => server?.close(r));
+  await world?.close();
+});
+
+async function pricedRun(runId: string) {
+  const responded = (i: number, step: string, provider: string, modelId: string, input: number, output: number) => ({
+    type: 'harness.model.responded',
+    appendIdempotencyKey: `${runId}:${i}`,
+    payload: { turn: i, callId: `c${i}`, stepPath: step, model: { provider, modelId }, response: { usage: { inputTokens: input, outputTokens: output, cachedInputTokens: Math.floor(input / 4) } } },
+  });
+  const facts = [
+    { type: 'RunStarted', payload: { workflowVersionId: 'wv_demo', input: { topic: 'inspector' } } },
+    { type: 'StepStarted', payload: { stepPath: 'plan', stepKind: 'ai.generate' } },
+    responded(1, 'plan', 'openai', 'gpt-5', 12_000, 2_400),
+    { type: 'StepCompleted', payload: { stepPath: 'plan', output: { steps: 2 } } },
+    { type: 'ParallelGroupStarted', payload: { stepPath: 'fan', groupId: 'g1', branchCount: 2 } },
+    { type: 'ParallelBranchScheduled', payload: { stepPath: 'fan/a', groupId: 'g1', branch: 'a' } },
+    { type: 'ParallelBranchScheduled', payload: { stepPath: 'fan/b', groupId: 'g1', branch: 'b' } },
+    responded(2, 'fan/a', 'anthropic', 'claude-sonnet-4-5', 30_000, 4_000),
+    responded(3, 'fan/b', 'google', 'gemini-2.5-pro', 8_000, 1_000),
+    responded(4, 'fan/a', 'acme', 'in-house-model', 5_000, 500),
+    { type: 'ParallelBranchCompleted', payload: { stepPath: 'fan/a', groupId: 'g1', branch: 'a', output: 'A' } },
+    { type: 'ParallelBranchCompleted', payload: { stepPath: 'fan/b', groupId: 'g1', branch: 'b', output: 'B' } },
+    { type: 'ParallelGroupCompleted', payload: { stepPath: 'fan', groupId: 'g1' } },
+  ];
+  for (const f of facts) await appendEvent(world, runId, f);
+  return facts.length;
+}
+
+describe('the inspector page', () => {
+  it('shows a run, adds an appended event without a reload, and draws cost bars', async () => {
+    const n = await pricedRun('run_inspected');
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      await page.goto(`${base}/#run_inspected`);
+      await page.waitForSelector('#runs [data-run-id="run_inspected"]');
+      await page.waitForFunction((count) => document.querySelectorAll('#timeline [data-seq]').length === count, n);
+      expect(await page.textContent('#run-title')).toContain('run_inspected');
+      expect(await page.getAttribute('#steps [data-step-path="plan"]', 'data-status')).toBe('completed');
+      expect(await page.locator('#bars-models .bar').count()).toBe(4);
+      expect(await page.locator('#bars-steps .bar').count()).toBeGreaterThanOrEqual(3);
+      await page.waitForFunction(() => document.querySelector('#live-indicator')?.textContent?.includes('live'));
+
+      // Live: an event appended now appears without a reload.
+      await appendEvent(world, 'run_inspected', { type: 'StepStarted', payload: { stepPath: 'summarize', stepKind: 'ai.generate' } });
+      await page.waitForSelector(`#timeline [data-seq="${n + 1}"]`, { timeout: 10_000 });
+      await page.waitForSelector('#steps [data-step-path="summarize"]', { timeout: 10_000 });
+      await appendEvent(world, 'run_inspected', { type: 'RunCompleted', payload: { output: { ok: true } } });
+      await page.waitForFunction(() => document.querySelector('#run-status')?.textContent?.includes('completed'), undefined, { timeout: 10_000 });
+      expect(await page.locator('#timeline [data-seq]').count()).toBe(n + 2);
+
+      mkdirSync(ARTIFACTS, { recursive: true });
+      const shot = join(ARTIFACTS, 'inspector-priced-run.png');
+      await page.screenshot({ path: shot, fullPage: true });
+      expect(existsSync(shot)).toBe(true);
+    } finally {
+      await page.close();
+    }
+  });
+});
