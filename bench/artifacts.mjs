@@ -6,28 +6,14 @@
 // to this machine's own sha256 throughput from `openssl speed -evp sha256`, which is the ceiling
 // for a verified read. Also the longest event-loop gap (between 1 ms timer ticks) while a 64 MiB
 // artifact is written, read and verified.
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { localWorld, readArtifact, writeArtifact } from '@little-workflow/world';
+import { machine, opensslSha256MBps } from './lib.mjs';
 
 const quick = process.argv.includes('--quick');
 const MiB = 1024 * 1024;
-
-function opensslSha256MBps() {
-  try {
-    const out = execFileSync('openssl', ['speed', '-seconds', '2', '-bytes', String(16 * 1024), '-evp', 'sha256'], {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    const line = out.split('\n').find((l) => /^sha256\s/i.test(l.trim()) || /^SHA2-256/i.test(l.trim()));
-    const kbps = Number(line?.trim().split(/\s+/).pop()?.replace(/k$/, ''));
-    return Number.isFinite(kbps) ? (kbps * 1000) / MiB : null; // openssl prints 1000s of bytes/s
-  } catch {
-    return null;
-  }
-}
 
 function maxGapDuring(promise) {
   let last = performance.now();
@@ -46,7 +32,7 @@ function maxGapDuring(promise) {
 
 const dataDir = mkdtempSync(join(tmpdir(), 'little-bench-art-'));
 const world = localWorld({ dataDir });
-console.log(`machine: ${cpus().length} x ${cpus()[0]?.model ?? 'unknown cpu'}, node ${process.version}`);
+console.log(`machine: ${machine()}`);
 const ceiling = opensslSha256MBps();
 console.log(`sha256 ceiling (openssl speed -evp sha256, 16 KiB blocks): ${ceiling ? ceiling.toFixed(0) : 'n/a'} MB/s`);
 

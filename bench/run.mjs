@@ -1,0 +1,138 @@
+// `npm run bench`: every scenario on the native world and on the pure-TypeScript baseline
+// (bench/baseline/world.ts), interleaved, in several rounds; prints medians, native/baseline
+// ratios, the event-loop stall during (b) and peak RSS. Asserts nothing.
+//
+//   node bench/run.mjs [--rounds N] [--only a,b,...]
+//
+// (a) 1 run, 10,000 appends awaited one by one, 300-byte payloads
+// (b) 64 runs x 1,000 appends at once          (c) 1,000 appends of 64 KiB payloads
+// (d) listEvents of a 100,000-event run        (e) materializeRunState of a 100,000-event run
+// (f) readArtifact of 16 MiB
+// Each at durability full and normal. Every measurement runs in a fresh child process.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import * as nativeLib from '@little-workflow/world';
+import baselineLib from './dist/baseline/world.js';
+import { machine, median, opensslSha256MBps } from './lib.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const { values } = parseArgs({ options: { rounds: { type: 'string', default: '3' }, only: { type: 'string', default: 'a,b,c,d,e,f' } } });
+const rounds = Number(values.rounds);
+const scenarios = values.only.split(',');
+const work = mkdtempSync(join(tmpdir(), 'little-bench-'));
+
+const NAMES = {
+  a: '(a) 1 run, 10k appends awaited',
+  b: '(b) 64 runs x 1k appends at once',
+  c: '(c) 1k appends of 64 KiB',
+  d: '(d) listEvents, 100k events',
+  e: '(e) materializeRunState, 100k events',
+  f: '(f) readArtifact, 16 MiB',
+};
+const TARGET = {
+  'a full': ['>=', 1], 'a normal': ['>=', 1],
+  'b full': ['>=', 10], 'b normal': ['>=', 3],
+  'c normal': ['>=', 3],
+  'd full': ['>=', 3], 'd normal': ['>=', 3],
+  'e full': ['>=', 5], 'e normal': ['>=', 5],
+};
+
+function eventFor(i) {
+  const step = `step/${i % 50}`;
+  switch (i % 4) {
+    case 0:
+      return { type: 'StepStarted', payload: { stepPath: step, stepKind: 'ai.generate', note: 'n'.repeat(120) } };
+    case 1:
+    case 2:
+      return {
+        type: 'harness.model.responded',
+        appendIdempotencyKey: `call-${i}`,
+        payload: {
+          turn: 1, callId: `c${i}`, stepPath: step,
+          model: i % 3 ? { provider: 'openai', modelId: 'gpt-5' } : { provider: 'anthropic', modelId: 'claude-sonnet-4-5' },
+          response: { text: 'a short answer', usage: { inputTokens: 1000 + (i % 97), outputTokens: 200 + (i % 13), cachedInputTokens: 100 } },
+        },
+      };
+    default:
+      return { type: 'StepCompleted', payload: { stepPath: step, output: { ok: true, n: i } } };
+  }
+}
+
+async function prepare() {
+  const blob = Buffer.alloc(16 * 1024 * 1024);
+  for (let i = 0; i < blob.length; i += 4096) blob.writeUInt32LE(i, i);
+  const art = { runId: 'run_big', stepPath: 'f', name: 'blob', contentType: 'application/octet-stream', encoding: 'bytes', payload: blob };
+  const nDir = join(work, 'dataset-native');
+  const nw = nativeLib.localWorld({ dataDir: nDir, durability: 'normal' });
+  for (let i = 0; i < 100_000; i += 1000) await Promise.all(Array.from({ length: 1000 }, (_, j) => nativeLib.appendEvent(nw, 'run_big', eventFor(i + j))));
+  writeFileSync(join(nDir, 'artifact-ref.txt'), (await nativeLib.writeArtifact(nw, art)).artifactRef);
+  await nw.close();
+  const bDir = join(work, 'dataset-baseline');
+  const bw = new baselineLib.BaselineWorld(bDir, 'normal');
+  for (let i = 0; i < 100_000; i += 1000) await Promise.all(Array.from({ length: 1000 }, (_, j) => bw.appendEvent('run_big', eventFor(i + j))));
+  writeFileSync(join(bDir, 'artifact-ref.txt'), (await bw.writeArtifact(art)).artifactRef);
+  bw.close();
+}
+
+function measure(kind, scenario, durability) {
+  const out = execFileSync(process.execPath, [join(here, 'scenario.mjs'), kind, scenario, durability, work], { encoding: 'utf8', maxBuffer: 1 << 20 });
+  return JSON.parse(out.trim().split('\n').pop());
+}
+
+console.log(`machine: ${machine()}`);
+const ceiling = scenarios.includes('f') ? opensslSha256MBps() : null;
+if (ceiling) console.log(`sha256 ceiling (openssl speed -evp sha256, 16 KiB blocks): ${ceiling.toFixed(0)} MB/s`);
+process.stdout.write('preparing the 100,000-event datasets and the 16 MiB artifact... ');
+await prepare();
+console.log('done');
+
+const results = new Map(); // "scenario durability kind" -> [measurements]
+for (let round = 1; round <= rounds; round++) {
+  for (const s of scenarios) {
+    for (const durability of ['full', 'normal']) {
+      const order = round % 2 ? ['native', 'baseline'] : ['baseline', 'native'];
+      for (const kind of order) {
+        const key = `${s} ${durability} ${kind}`;
+        if (!results.has(key)) results.set(key, []);
+        results.get(key).push(measure(kind, s, durability));
+      }
+    }
+  }
+  console.log(`round ${round}/${rounds} done`);
+}
+
+const fmt = (v, unit) => (unit === 'ms' ? `${v.toFixed(1)} ms` : unit === 'MB/s' ? `${v.toFixed(0)} MB/s` : `${Math.round(v).toLocaleString('en-US')}/s`);
+console.log(`\nmedians of ${rounds} rounds (ratio: how many times better native is; higher is better)\n`);
+console.log('| scenario | durability | native | baseline | ratio | target | peak RSS native / baseline |');
+console.log('| --- | --- | --- | --- | --- | --- | --- |');
+for (const s of scenarios) {
+  for (const durability of ['full', 'normal']) {
+    const n = results.get(`${s} ${durability} native`);
+    const b = results.get(`${s} ${durability} baseline`);
+    const unit = n[0].unit;
+    const nv = median(n.map((x) => x.value));
+    const bv = median(b.map((x) => x.value));
+    const ratio = unit === 'ms' ? bv / nv : nv / bv;
+    let target = TARGET[`${s} ${durability}`];
+    let targetText = target ? `>= ${target[1]}x ${ratio >= target[1] ? 'met' : 'NOT met'}` : '';
+    if (s === 'f' && ceiling) {
+      const share = nv / ceiling;
+      targetText = `native at ${(share * 100).toFixed(0)}% of sha256 ceiling (target >= 75%) ${share >= 0.75 ? 'met' : 'NOT met'}`;
+    }
+    const rss = `${median(n.map((x) => x.maxRssMB)).toFixed(0)} / ${median(b.map((x) => x.maxRssMB)).toFixed(0)} MB`;
+    console.log(`| ${NAMES[s]} | ${durability} | ${fmt(nv, unit)} | ${fmt(bv, unit)} | ${ratio.toFixed(2)}x | ${targetText} | ${rss} |`);
+  }
+}
+if (scenarios.includes('b')) {
+  console.log('\nevent-loop stall during (b): p99 gap between 1 ms timer ticks (target < 5 ms for native)');
+  for (const durability of ['full', 'normal']) {
+    const n = median(results.get(`b ${durability} native`).map((x) => x.stallP99Ms));
+    const b = median(results.get(`b ${durability} baseline`).map((x) => x.stallP99Ms));
+    console.log(`  ${durability}: native ${n.toFixed(2)} ms, baseline ${b.toFixed(2)} ms ${n < 5 ? '(met)' : '(NOT met)'}`);
+  }
+}
+rmSync(work, { recursive: true, force: true });
