@@ -357,31 +357,27 @@ impl ArtifactStore {
                         reason: format!("sizeBytes is {} but the blob holds {len} bytes", manifest.size_bytes),
                     });
                 }
-                let mut bytes = Vec::with_capacity(len as usize);
-                let mut hasher = Sha256::new();
-                let mut chunk = vec![0u8; CHUNK.min(len as usize + 1)];
-                loop {
-                    let n = file
-                        .read(&mut chunk)
-                        .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?;
-                    if n == 0 {
-                        break;
-                    }
-                    hasher.update(&chunk[..n]);
-                    bytes.extend_from_slice(&chunk[..n]);
+                // Read straight into the buffer that goes to JavaScript, then hash it in one pass.
+                let mut bytes = vec![0u8; len as usize];
+                file.read_exact(&mut bytes)
+                    .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?;
+                if file
+                    .read(&mut [0u8; 1])
+                    .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?
+                    != 0
+                {
+                    return Err(WorldError::ArtifactManifestCorrupt {
+                        artifact_id: id.to_string(),
+                        reason: "the blob grew while it was read".into(),
+                    });
                 }
+                let hasher = Sha256::new_with_prefix(&bytes);
                 let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
                 if actual != manifest.sha256 {
                     return Err(WorldError::ArtifactHashMismatch {
                         artifact_id: id.to_string(),
                         expected: manifest.sha256,
                         actual,
-                    });
-                }
-                if bytes.len() as u64 != manifest.size_bytes {
-                    return Err(WorldError::ArtifactManifestCorrupt {
-                        artifact_id: id.to_string(),
-                        reason: "the blob changed size while it was read".into(),
                     });
                 }
                 Ok((manifest, Arc::new(bytes)))

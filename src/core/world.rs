@@ -27,11 +27,21 @@ use crate::core::store::sqlite::{self, Durability};
 use crate::core::store::{LogReader, LogWriter};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Most appends committed in one transaction.
 pub const MAX_GROUP: usize = 4096;
+
+/// Payloads up to this size (as JSON text) are prepared on the caller's thread when the prep
+/// thread has nothing queued: a few microseconds of work that would otherwise cost a thread hop.
+/// Larger ones (and everything queued behind them) go through the prep thread, so call order is
+/// kept and large payloads never occupy the caller.
+pub const INLINE_PREP_MAX: usize = 16 * 1024;
+
+/// How long the writer keeps looking for the next append before it parks, so that a caller
+/// awaiting each append in turn does not pay a thread wake-up per append.
+const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(60);
 
 /// Which kind of world this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +58,14 @@ impl WorldKind {
             WorldKind::Virtual => "virtual",
         }
     }
+}
+
+/// Where appends go: the prep thread, or straight to the writer once prepared.
+struct Submit {
+    prep: Sender<PrepMsg>,
+    write: Sender<WriteMsg>,
+    /// Appends sent to the prep thread and not yet passed on by it.
+    prep_pending: Arc<AtomicUsize>,
 }
 
 enum PrepMsg {
@@ -71,7 +89,7 @@ struct Inner {
     kind: WorldKind,
     data_dir: Option<PathBuf>,
     closed: AtomicBool,
-    submit: Mutex<Option<Sender<PrepMsg>>>,
+    submit: Mutex<Option<Submit>>,
     reader: Arc<dyn LogReader>,
     artifacts: Arc<ArtifactStore>,
     locks: Arc<Locks>,
@@ -153,11 +171,14 @@ impl World {
         let artifacts = stores.artifacts;
         let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
         let (write_tx, write_rx) = unbounded::<WriteMsg>();
+        let prep_pending = Arc::new(AtomicUsize::new(0));
         {
             let completer = completer.clone();
             let artifacts = artifacts.clone();
+            let write_tx = write_tx.clone();
+            let pending = prep_pending.clone();
             spawn("little-world-prep", move || {
-                prep_loop(prep_rx, write_tx, &artifacts, &*completer)
+                prep_loop(prep_rx, write_tx, &artifacts, &*completer, &pending)
             });
         }
         {
@@ -171,7 +192,11 @@ impl World {
                 kind,
                 data_dir,
                 closed: AtomicBool::new(false),
-                submit: Mutex::new(Some(prep_tx)),
+                submit: Mutex::new(Some(Submit {
+                    prep: prep_tx,
+                    write: write_tx,
+                    prep_pending,
+                })),
                 reader,
                 artifacts,
                 locks: Arc::new(stores.locks),
@@ -222,10 +247,22 @@ impl World {
         self.ensure_open()?;
         ids::check_run_id(&req.run_id)?;
         let guard = self.inner.submit.lock().expect("submit lock");
-        match guard.as_ref() {
-            Some(tx) if tx.send(PrepMsg::Append(ticket, req)).is_ok() => Ok(()),
-            _ => Err(WorldError::Closed),
+        let Some(submit) = guard.as_ref() else {
+            return Err(WorldError::Closed);
+        };
+        if req.payload_json.len() <= INLINE_PREP_MAX && submit.prep_pending.load(Ordering::Acquire) == 0 {
+            let prepared = events::prepare(req, &*self.inner.artifacts)?;
+            return submit
+                .write
+                .send(WriteMsg::Append(ticket, prepared))
+                .map_err(|_| WorldError::Closed);
         }
+        submit.prep_pending.fetch_add(1, Ordering::AcqRel);
+        if submit.prep.send(PrepMsg::Append(ticket, req)).is_err() {
+            submit.prep_pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(WorldError::Closed);
+        }
+        Ok(())
     }
 
     /// Committed envelopes of `run_id` after `after` (at most `limit`), as one JSON array text.
@@ -360,10 +397,10 @@ impl World {
 
     /// Stop accepting work; `ticket` completes once every queued append has committed.
     pub fn close(&self, ticket: Ticket) -> Result<()> {
-        let sender = self.inner.submit.lock().expect("submit lock").take();
+        let submit = self.inner.submit.lock().expect("submit lock").take();
         self.inner.closed.store(true, Ordering::Release);
-        match sender {
-            Some(tx) if tx.send(PrepMsg::Close(ticket)).is_ok() => {}
+        match submit {
+            Some(s) if s.prep.send(PrepMsg::Close(ticket)).is_ok() => {}
             _ => self.inner.completer.complete(vec![(ticket, Ok(Output::Unit))]),
         }
         Ok(())
@@ -395,7 +432,13 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
         .expect("spawning a world thread");
 }
 
-fn prep_loop(rx: Receiver<PrepMsg>, tx: Sender<WriteMsg>, artifacts: &ArtifactStore, completer: &dyn Completer) {
+fn prep_loop(
+    rx: Receiver<PrepMsg>,
+    tx: Sender<WriteMsg>,
+    artifacts: &ArtifactStore,
+    completer: &dyn Completer,
+    pending: &AtomicUsize,
+) {
     while let Ok(msg) = rx.recv() {
         match msg {
             PrepMsg::Append(ticket, req) => {
@@ -408,6 +451,8 @@ fn prep_loop(rx: Receiver<PrepMsg>, tx: Sender<WriteMsg>, artifacts: &ArtifactSt
                     }
                     Err(e) => completer.complete(vec![(ticket, Err(e))]),
                 }
+                // Only now, with the append passed on, may the caller send straight to the writer.
+                pending.fetch_sub(1, Ordering::AcqRel);
             }
             PrepMsg::Close(ticket) => {
                 let _ = tx.send(WriteMsg::Close(ticket));
@@ -420,7 +465,11 @@ fn prep_loop(rx: Receiver<PrepMsg>, tx: Sender<WriteMsg>, artifacts: &ArtifactSt
 fn writer_loop(rx: Receiver<WriteMsg>, mut writer: Box<dyn LogWriter>, completer: &dyn Completer) {
     let mut tickets: Vec<Ticket> = Vec::new();
     let mut batch: Vec<PreparedAppend> = Vec::new();
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match next_message(&rx) {
+            Some(m) => m,
+            None => return,
+        };
         let mut close = None;
         let mut next = Some(first);
         while let Some(msg) = next.take() {
@@ -458,6 +507,19 @@ fn writer_loop(rx: Receiver<WriteMsg>, mut writer: Box<dyn LogWriter>, completer
             drop(writer);
             completer.complete(vec![(t, Ok(Output::Unit))]);
             return;
+        }
+    }
+}
+
+/// The next message for the writer: looked for briefly without sleeping, then waited for.
+fn next_message(rx: &Receiver<WriteMsg>) -> Option<WriteMsg> {
+    let until = std::time::Instant::now() + WRITER_SPIN;
+    loop {
+        match rx.try_recv() {
+            Ok(m) => return Some(m),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) if std::time::Instant::now() < until => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Empty) => return rx.recv().ok(),
         }
     }
 }

@@ -115,22 +115,59 @@ fn virtual_world_keeps_the_same_rules() {
     let (c, rx) = channel();
     let world = World::open_virtual(Pricing::default(), c);
     world.append(1, append("run_v", 1)).unwrap();
-    world
-        .append(
-            2,
-            AppendRequest {
-                run_id: "run_v".into(),
-                event_type: "StepStarted".into(),
-                payload_json: "{}".into(),
-                key: None,
-            },
-        )
-        .unwrap();
+    // A small payload is prepared on the caller's thread: its validation error returns at once.
+    let invalid = AppendRequest {
+        run_id: "run_v".into(),
+        event_type: "StepStarted".into(),
+        payload_json: "{}".into(),
+        key: None,
+    };
+    assert_eq!(world.append(2, invalid).unwrap_err().code(), "EVENT_VALIDATION");
+    // A large one goes through the prep thread; its error arrives through the completer.
+    let large_invalid = AppendRequest {
+        run_id: "run_v".into(),
+        event_type: "StepStarted".into(),
+        payload_json: format!("{{\"pad\":\"{}\"}}", "x".repeat(INLINE_PREP_MAX)),
+        key: None,
+    };
+    world.append(5, large_invalid).unwrap();
     world.append(3, append("run_v", 3)).unwrap();
     let mut done = wait_all(&rx, 3);
     done.sort_by_key(|(t, _)| *t);
     assert_eq!(json_of(done.remove(0).1)["sequence"], 1);
+    assert_eq!(
+        json_of(done.remove(0).1)["sequence"],
+        2,
+        "the rejected appends consumed no sequence"
+    );
     assert_eq!(done.remove(0).1.unwrap_err().code(), "EVENT_VALIDATION");
-    assert_eq!(json_of(done.remove(0).1)["sequence"], 2);
     assert_eq!(world.append(4, append("bad id", 0)).unwrap_err().code(), "WORLD_PATH");
+}
+
+#[test]
+fn call_order_holds_when_large_and_small_payloads_mix() {
+    let (c, rx) = channel();
+    let world = World::open_virtual(Pricing::default(), c);
+    let n = 300u64;
+    for i in 0..n {
+        let pad = if i % 7 == 0 {
+            "y".repeat(INLINE_PREP_MAX + 1)
+        } else {
+            String::new()
+        };
+        let req = AppendRequest {
+            run_id: "run_mix".into(),
+            event_type: "StepStarted".into(),
+            payload_json: format!("{{\"stepPath\":\"s{i}\",\"pad\":\"{pad}\"}}"),
+            key: None,
+        };
+        world.append(i, req).unwrap();
+    }
+    let mut done = wait_all(&rx, n as usize);
+    done.sort_by_key(|(t, _)| *t);
+    for (t, out) in done {
+        let env = json_of(out);
+        assert_eq!(env["sequence"], t + 1, "ticket {t}");
+        assert_eq!(env["payload"]["stepPath"], format!("s{t}"));
+    }
 }
