@@ -2,7 +2,7 @@
 //!
 //! This module owns the pure rules of that vocabulary, so the append path, the store, N-API and
 //! `world.ts` only call in:
-//! - [`validate_draft`]: strict validation on write (a draft is the event without its envelope):
+//! - [`validate_draft`] / [`validate_event`]: strict validation on write (a draft is the event without its envelope):
 //!   the type belongs to the stream, every field has its type and closed enum, the seed's
 //!   refinements hold, no envelope field is smuggled in, and no credential is carried
 //!   ([`check_secrets`]).
@@ -76,15 +76,28 @@ pub fn validate_draft(stream: Stream, draft: &Map<String, Value>) -> Result<()> 
             "must be a string naming the event type",
         ));
     };
+    validate_event(stream, t, draft)
+}
+
+/// [`validate_draft`] with the type given apart from the fields, as `appendEvent` holds a
+/// colon-namespaced event (`type` + `payload`). `fields` may carry `type`; it must then be `t`.
+pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
     // Screen first: every later message may name the type.
-    secrets::check_map(draft, "event")?;
-    if let Some(field) = ENVELOPE_FIELDS.iter().find(|f| draft.contains_key(**f)) {
+    secrets::check_str(t, "event.type")?;
+    secrets::check_map(fields, "event")?;
+    if fields.get("type").is_some_and(|ft| ft.as_str() != Some(t)) {
+        return Err(WorldError::validation(
+            "event.type",
+            format!("must be {t}, the event's type"),
+        ));
+    }
+    if let Some(field) = ENVELOPE_FIELDS.iter().find(|f| fields.contains_key(**f)) {
         return Err(WorldError::validation(
             format!("event.{field}"),
             format!("a draft carries no {field}: the world stamps the envelope"),
         ));
     }
-    validate_body(stream, t, draft)
+    validate_body(stream, t, fields)
 }
 
 /// Validate the fields of a `t` event for `stream`, ignoring any other key (`type`, envelope).
@@ -139,11 +152,7 @@ pub fn parse_stored(stream: Stream, t: &str, draft: &Map<String, Value>) -> Resu
     if !is_known_type(t) {
         return Ok(None);
     }
-    let corrupt = |reason: String| WorldError::EventLogCorrupt {
-        run_id: None,
-        sequence: None,
-        reason,
-    };
+    let corrupt = |reason: String| log::corrupt(None, None, reason);
     if draft.get("type").is_some_and(|dt| dt.as_str() != Some(t)) {
         return Err(corrupt(format!("stored {t} body names another type")));
     }

@@ -3,8 +3,9 @@
 //! Each runs after its shape's fields have checked out (so a required field is present and of
 //! its type) and names the field to fix in its refusal, never a value.
 
-use super::schema::{at, int};
+use super::schema::int;
 use crate::core::error::{Result, WorldError};
+use crate::core::events::path::dotted;
 use serde_json::{Map, Value};
 
 /// `{ path? }` for a write, `{ command? }` for a process, `{ host? }` for egress, `{}` for os:
@@ -19,7 +20,7 @@ pub(super) fn approval_preview(m: &Map<String, Value>) -> Result<()> {
     for key in ["path", "command", "host"] {
         if key != own && m.get("preview").and_then(|p| p.get(key)).is_some() {
             return Err(WorldError::validation(
-                format!("event.preview.{key}"),
+                dotted("event.preview", key),
                 format!("preview.{key} does not belong to an approval of this action"),
             ));
         }
@@ -31,7 +32,7 @@ pub(super) fn approval_preview(m: &Map<String, Value>) -> Result<()> {
 pub(super) fn unpriced_is_zero(m: &Map<String, Value>) -> Result<()> {
     if m.get("priced") == Some(&Value::Bool(false)) && int(m, "costMicrocents") != 0 {
         return Err(WorldError::validation(
-            at("costMicrocents"),
+            "event.costMicrocents",
             "an unpriced attempt (priced: false) carries costMicrocents 0",
         ));
     }
@@ -53,13 +54,16 @@ pub(super) fn retry_has_no_correlation(m: &Map<String, Value>) -> Result<()> {
 pub(super) fn media_basis(m: &Map<String, Value>) -> Result<()> {
     if m.contains_key("acceptedCostMicrocents") && !m.contains_key("units") {
         return Err(WorldError::validation(
-            at("units"),
+            "event.units",
             "acceptedCostMicrocents requires units: a frozen cost needs its frozen billed volume",
         ));
     }
     let instant = |f: &str| m.get(f).and_then(Value::as_str).and_then(super::iso::parse_instant);
     if instant("deadlineAt") < instant("startedAt") {
-        return Err(WorldError::validation(at("deadlineAt"), "must not be before startedAt"));
+        return Err(WorldError::validation(
+            "event.deadlineAt",
+            "must not be before startedAt",
+        ));
     }
     Ok(())
 }
@@ -68,7 +72,7 @@ pub(super) fn media_basis(m: &Map<String, Value>) -> Result<()> {
 pub(super) fn timeout_action_needs_timeout(m: &Map<String, Value>) -> Result<()> {
     if m.contains_key("timeoutAction") && !m.contains_key("timeoutMs") {
         return Err(WorldError::validation(
-            at("timeoutAction"),
+            "event.timeoutAction",
             "timeoutAction is only valid together with timeoutMs",
         ));
     }
@@ -80,7 +84,7 @@ pub(super) fn paused_aggregate(m: &Map<String, Value>) -> Result<()> {
     let gates = m.get("gateIds").and_then(Value::as_array).map_or(0, Vec::len);
     if int(m, "pendingGateCount") != gates as u64 {
         return Err(WorldError::validation(
-            at("pendingGateCount"),
+            "event.pendingGateCount",
             format!("must equal gateIds.length ({gates})"),
         ));
     }
@@ -90,7 +94,7 @@ pub(super) fn paused_aggregate(m: &Map<String, Value>) -> Result<()> {
         .map_or(0, Vec::len);
     if gates == 0 && media == 0 {
         return Err(WorldError::validation(
-            at("gateIds"),
+            "event.gateIds",
             "run:paused needs at least one suspension: a gate id or a pending media job node id",
         ));
     }
@@ -101,7 +105,7 @@ pub(super) fn paused_aggregate(m: &Map<String, Value>) -> Result<()> {
 pub(super) fn cumulative_covers_estimate(m: &Map<String, Value>) -> Result<()> {
     if int(m, "cumulativeConservativeMicrocents") < int(m, "estimateMicrocents") {
         return Err(WorldError::validation(
-            at("cumulativeConservativeMicrocents"),
+            "event.cumulativeConservativeMicrocents",
             "must be at least estimateMicrocents (the running total includes this commitment)",
         ));
     }
@@ -112,7 +116,7 @@ pub(super) fn cumulative_covers_estimate(m: &Map<String, Value>) -> Result<()> {
 pub(super) fn aborted_has_no_error(m: &Map<String, Value>) -> Result<()> {
     if m.get("stopReason").and_then(Value::as_str) == Some("aborted") && m.contains_key("error") {
         return Err(WorldError::validation(
-            at("error"),
+            "event.error",
             "a turn that stopped with 'aborted' carries no error",
         ));
     }

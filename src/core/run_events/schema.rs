@@ -9,7 +9,7 @@
 use super::iso;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::known::is_count;
-use crate::core::events::path::{dotted, push_key};
+use crate::core::events::path::dotted;
 use serde_json::{Map, Value};
 
 /// What a field must hold.
@@ -169,13 +169,6 @@ fn describe(rule: Rule) -> String {
         Rule::Records(_, 0) => "an array of objects".into(),
         Rule::Records(_, min) => format!("an array of at least {min} object(s)"),
     }
-}
-
-/// The path of a top-level field of the event (`event.units`, `event["odd key"]`).
-pub(super) fn at(field: &str) -> String {
-    let mut s = String::from("event");
-    push_key(&mut s, field);
-    s
 }
 
 /// A safe integer field already checked by its rule (0 when absent).

@@ -10,6 +10,9 @@
 //! conservative restore subtracts ("sum, less any release"); it carries the commit's envelope, so
 //! it is dual-envelope like `budget:estimate_committed`. The other reserved names (`iteration:*`,
 //! steering) have no settled fields and stay unknown.
+//!
+//! `node:completed.output` and `agent:tool_call.toolInput` are typed `unknown` in the seed: a
+//! producer's `undefined` is an absent key once serialized, so they are optional here.
 
 use super::refine::*;
 use super::schema::{opt, req, Field, Rule::*};
@@ -141,7 +144,7 @@ pub(super) static SHAPES: &[(&str, Shape)] = &[
         "agent:tool_call",
         both(&[
             NODE,
-            &[req("model", NonEmpty), req("toolId", NonEmpty), req("toolInput", Any)],
+            &[req("model", NonEmpty), req("toolId", NonEmpty), opt("toolInput", Any)],
             WITHIN_CHAIN,
         ]),
     ),
@@ -186,7 +189,7 @@ pub(super) static SHAPES: &[(&str, Shape)] = &[
         "node:completed",
         run(&[
             NODE,
-            &[req("output", Any)],
+            &[opt("output", Any)],
             TOKENS,
             &[req("durationMs", Count), opt("selected", Ids(0))],
             NODE_SNAPSHOT,
