@@ -22,6 +22,7 @@
 //! Every figure is a max or a sum, so the result does not depend on the order of the rows.
 
 use super::log::{corrupt, read_run_events, Row};
+use super::schema::{count, int};
 use crate::core::error::Result;
 use crate::core::events::known::MAX_SAFE_INTEGER;
 use serde_json::{json, Value};
@@ -69,7 +70,7 @@ fn absolute_total(row: &Row<'_>) -> Option<u64> {
         "budget:paused" => "spentMicrocents",
         _ => return None,
     };
-    row.fields.get(field).and_then(Value::as_u64)
+    count(row.fields, field)
 }
 
 pub(super) fn restore_rows(rows: &[Row<'_>]) -> Result<CostRestore> {
@@ -81,7 +82,7 @@ pub(super) fn restore_rows(rows: &[Row<'_>]) -> Result<CostRestore> {
             out.realized_microcents = out.realized_microcents.max(total);
         }
         let model = || row.fields.get("model").and_then(Value::as_str).unwrap_or_default();
-        let amount = |f: &str| u128::from(row.fields.get(f).and_then(Value::as_u64).unwrap_or(0));
+        let amount = |f: &str| u128::from(int(row.fields, f));
         match row.t {
             "budget:estimate_committed" => *committed.entry(model()).or_default() += amount("estimateMicrocents"),
             "budget:estimate_released" => *released.entry(model()).or_default() += amount("releasedMicrocents"),

@@ -43,6 +43,7 @@
 
 use super::costs::restore_rows;
 use super::log::{corrupt, read_run_events, Row};
+use super::schema::count;
 use crate::core::error::Result;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -142,7 +143,7 @@ impl<'v> State<'v> {
             return Err(corrupt(self.run_id, row.sequence, msg));
         }
         let node_id = s(f, "nodeId");
-        let attempt = f.get("attemptNumber").and_then(Value::as_u64);
+        let attempt = count(f, "attemptNumber");
         // Any event but a timeout notice is activity: a pending or parked run is running.
         if row.t != "run:timeout" && matches!(self.status, "pending" | "paused") {
             self.status = "running";
@@ -286,7 +287,7 @@ impl<'v> State<'v> {
         if let Some(limit) = f.get("limitMicrocents") {
             self.budget.insert("limitMicrocents".into(), limit.clone());
         }
-        let spent = f.get("spentMicrocents").and_then(Value::as_u64);
+        let spent = count(f, "spentMicrocents");
         self.spent = self.spent.max(spent);
     }
 

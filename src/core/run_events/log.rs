@@ -6,6 +6,7 @@
 //! the run stream; a body that does not validate, a broken envelope, a session envelope or rows of
 //! two runs in one list mean the log is damaged: [`WorldError::EventLogCorrupt`].
 
+use super::schema::as_count;
 use super::{is_known_type, validate_body, Stream};
 use crate::core::error::{Result, WorldError};
 use crate::core::events::known::is_count;
@@ -37,7 +38,7 @@ pub(super) fn read_run_events(events: &[Value]) -> Result<Vec<Row<'_>>> {
         };
         let sequence = match obj.get("sequenceNumber") {
             None => None,
-            Some(s) if is_count(s) => s.as_u64(),
+            Some(s) if is_count(s) => as_count(s),
             Some(_) => {
                 return Err(corrupt(
                     run,

@@ -171,9 +171,19 @@ fn describe(rule: Rule) -> String {
     }
 }
 
-/// A safe integer field already checked by its rule (0 when absent).
+/// A safe integer field already checked by its rule, however it was written (`5` or `5.0`).
+pub(super) fn count(map: &Map<String, Value>, field: &str) -> Option<u64> {
+    map.get(field).and_then(as_count)
+}
+
+/// A non-negative safe integer as `u64`, also when JSON wrote it with a fraction of zero.
+pub(super) fn as_count(v: &Value) -> Option<u64> {
+    is_count(v).then(|| v.as_u64().unwrap_or_else(|| v.as_f64().unwrap_or_default() as u64))
+}
+
+/// [`count`], 0 when absent.
 pub(super) fn int(map: &Map<String, Value>, field: &str) -> u64 {
-    map.get(field).and_then(Value::as_f64).map_or(0, |f| f as u64)
+    count(map, field).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -220,5 +230,8 @@ mod tests {
         assert!(!c(Rule::Positive, json!(0)) && c(Rule::Positive, json!(1)));
         assert!(c(Rule::Pct, json!(100)) && !c(Rule::Pct, json!(101)) && !c(Rule::Pct, json!(50.5)));
         assert!(c(Rule::Number, json!(2.5)) && !c(Rule::Number, json!(-0.5)) && !c(Rule::Number, json!("1")));
+        assert_eq!(as_count(&json!(5000.0)), Some(5000));
+        assert_eq!(as_count(&json!(9_007_199_254_740_991u64)), Some(9_007_199_254_740_991));
+        assert_eq!(as_count(&json!(-1)), None);
     }
 }

@@ -282,3 +282,15 @@ fn shuffled_rows_restore_the_same() {
         assert_eq!(restore_costs(&rows).unwrap(), want, "seed {seed}");
     }
 }
+
+/// A total written as `61000.0` is the safe integer 61,000 (JSON does not distinguish them).
+#[test]
+fn integers_written_with_a_zero_fraction() {
+    let mut snapshot = completed(1, "n1", 0);
+    snapshot["cumulativeCostMicrocents"] = json!(61_000.0);
+    let mut estimate = commit(2, "m", 1, 1);
+    estimate["estimateMicrocents"] = json!(2_500.0);
+    estimate["cumulativeConservativeMicrocents"] = json!(2_500.0);
+    let r = restore_costs(&[snapshot, estimate]).unwrap();
+    assert_eq!((r.realized_microcents, r.conservative_microcents), (61_000, 2_500));
+}
