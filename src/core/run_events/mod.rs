@@ -1,1 +1,161 @@
 //! The run-event vocabulary of seed `004_*` (a sister engine's `RunEvent` / `SessionEvent`).
+//!
+//! This module owns the pure rules of that vocabulary, so the append path, the store, N-API and
+//! `world.ts` only call in:
+//! - [`validate_draft`] / [`validate_event`]: strict validation on write (a draft is the event without its envelope):
+//!   the type belongs to the stream, every field has its type and closed enum, the seed's
+//!   refinements hold, no envelope field is smuggled in, and no credential is carried
+//!   ([`check_secrets`]).
+//! - [`parse_stored`]: the tolerant display read's one distinction (ADR-0074 §5): an unknown
+//!   type is a newer writer (drop the row), a known type that does not parse is corruption.
+//! - [`restore_costs`]: the seed's cost fold rules (realized = max over durable absolute totals,
+//!   conservative = commitments less releases), independent of row order.
+//! - [`fold`]: a run's status, nodes, pending gates and media jobs, budget and timeout state.
+//! - [`is_run_terminal`] / [`node_terminal`]: what the store needs to keep "nothing after a run's
+//!   terminal" and "exactly one terminal per node".
+//!
+//! Every refusal is a [`WorldError::validation`] rooted at `event` (`event.error.code`), and no
+//! message carries a payload value.
+
+mod costs;
+mod fold;
+mod iso;
+mod log;
+mod refine;
+mod schema;
+mod secrets;
+mod shapes;
+#[cfg(test)]
+mod tests;
+
+pub use costs::{restore_costs, CostRestore};
+pub use fold::fold;
+pub use secrets::check_secrets;
+
+use crate::core::error::{Result, WorldError};
+use schema::check_fields;
+use serde_json::{Map, Value};
+use shapes::{shape, Carried};
+
+/// Which stream an event type may be appended to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// A workflow run (`runId`).
+    Run,
+    /// An agent session (`sessionId`).
+    Session,
+}
+
+/// The envelope fields the world stamps; a draft must not carry them.
+pub const ENVELOPE_FIELDS: &[&str] = &["runId", "sessionId", "timestamp", "sequenceNumber"];
+
+/// Whether `t` is a type of the RunEvent union (including the dual-envelope ones).
+pub fn is_run_type(t: &str) -> bool {
+    shape(t).is_some_and(|s| s.carried != Carried::Session)
+}
+
+/// Whether `t` is a type of the SessionEvent side: `session:*` plus the dual-envelope types a
+/// session carries.
+pub fn is_session_type(t: &str) -> bool {
+    shape(t).is_some_and(|s| s.carried != Carried::Run)
+}
+
+/// Whether `t` is any type of either union (for the tolerant/strict read split).
+pub fn is_known_type(t: &str) -> bool {
+    shape(t).is_some()
+}
+
+/// Strictly validate a draft for `stream`: its type belongs to the stream, every field of the
+/// type checks out (types, closed enums, non-negative safe integers, ISO-8601 instants, the seed's
+/// refinements), no envelope field is present, and no credential is carried. Unknown extra fields
+/// are allowed (additive evolution).
+pub fn validate_draft(stream: Stream, draft: &Map<String, Value>) -> Result<()> {
+    let Some(t) = draft.get("type").and_then(Value::as_str) else {
+        return Err(WorldError::validation(
+            "event.type",
+            "must be a string naming the event type",
+        ));
+    };
+    validate_event(stream, t, draft)
+}
+
+/// [`validate_draft`] with the type given apart from the fields, as `appendEvent` holds a
+/// colon-namespaced event (`type` + `payload`). `fields` may carry `type`; it must then be `t`.
+pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
+    // Screen first: every later message may name the type.
+    secrets::check_str(t, "event.type")?;
+    secrets::check_map(fields, "event")?;
+    if fields.get("type").is_some_and(|ft| ft.as_str() != Some(t)) {
+        return Err(WorldError::validation(
+            "event.type",
+            format!("must be {t}, the event's type"),
+        ));
+    }
+    if let Some(field) = ENVELOPE_FIELDS.iter().find(|f| fields.contains_key(**f)) {
+        return Err(WorldError::validation(
+            format!("event.{field}"),
+            format!("a draft carries no {field}: the world stamps the envelope"),
+        ));
+    }
+    validate_body(stream, t, fields)
+}
+
+/// Validate the fields of a `t` event for `stream`, ignoring any other key (`type`, envelope).
+pub(crate) fn validate_body(stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
+    let Some(shape) = shape(t) else {
+        return Err(WorldError::validation(
+            "event.type",
+            format!("{t:?} is not a type of the run-event or session-event union"),
+        ));
+    };
+    match (stream, shape.carried) {
+        (Stream::Session, Carried::Run) => {
+            return Err(WorldError::validation(
+                "event.type",
+                format!("{t} is run-only: a session stream never carries it"),
+            ))
+        }
+        (Stream::Run, Carried::Session) => {
+            return Err(WorldError::validation(
+                "event.type",
+                format!("{t} belongs to the session stream: a run never carries it"),
+            ))
+        }
+        _ => {}
+    }
+    for group in shape.fields {
+        check_fields(t, fields, group, "event")?;
+    }
+    shape.refine.map_or(Ok(()), |refine| refine(fields))
+}
+
+/// Whether a run-event type ends the run (`run:completed` / `run:failed` / `run:cancelled`).
+pub fn is_run_terminal(t: &str) -> bool {
+    matches!(t, "run:completed" | "run:failed" | "run:cancelled")
+}
+
+/// The node a node-terminal event ends (`node:completed` / `node:failed` / `node:skipped`).
+pub fn node_terminal(t: &str, draft: &Map<String, Value>) -> Option<String> {
+    match t {
+        "node:completed" | "node:failed" | "node:skipped" => draft.get("nodeId")?.as_str().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Parse one stored run/session event body for the tolerant display read: `Ok(None)` when `t` is
+/// a type this build does not know (a newer writer: drop the row); `Ok(Some(()))` when it
+/// validates; [`WorldError::EventLogCorrupt`] when the type is known and the body does not
+/// validate (including a known type stored on the wrong stream). The body may or may not carry
+/// `type` and envelope fields; a `type` that disagrees with `t` is corruption. Secrets are not
+/// re-screened here: that is a write-side rule, and this is a shape parse.
+pub fn parse_stored(stream: Stream, t: &str, draft: &Map<String, Value>) -> Result<Option<()>> {
+    if !is_known_type(t) {
+        return Ok(None);
+    }
+    let corrupt = |reason: String| log::corrupt(None, None, reason);
+    if draft.get("type").is_some_and(|dt| dt.as_str() != Some(t)) {
+        return Err(corrupt(format!("stored {t} body names another type")));
+    }
+    validate_body(stream, t, draft).map_err(|e| corrupt(format!("stored {t} does not parse: {e}")))?;
+    Ok(Some(()))
+}
