@@ -26,6 +26,13 @@ export declare class NativeWorld {
   get closed(): boolean
   /** Append an event; resolves with the envelope's canonical JSON after its commit. */
   append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null): Promise<string>
+  /**
+   * Append a seed-004 draft (JSON text, `type` included) to a run (`session: false`) or a
+   * session; resolves with the envelope's canonical JSON.
+   */
+  appendDraft(streamId: string, draftJson: string, session: boolean): Promise<string>
+  /** A stream's events as run (or session) events, JSON array text. `strict` is the replay read. */
+  runEvents(streamId: string, strict: boolean): Promise<string>
   /** Committed envelopes of a run after `afterSequence`, at most `limit`, as a JSON array text. */
   list(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null): Promise<string>
   /** Fold a run's stored events into its state, inside Rust; resolves with its canonical JSON. */
@@ -59,11 +66,17 @@ export declare function bundledPricingJson(): string
 /** RFC 8785 canonical JSON of a JSON text. */
 export declare function canonicalizeJson(json: string): string
 
+/** The run-event fold of seed 004 over a JSON array of run events; the state as canonical JSON. */
+export declare function foldRunEventsJson(eventsJson: string): string
+
 /**
  * Fold a JSON array of one run's envelopes into its state (canonical JSON), pricing calls with
  * the bundled registry and `pricingJson` merged over it.
  */
 export declare function materializeEventsJson(runId: string, eventsJson: string, pricingJson?: string | undefined | null): string
+
+/** The cost restore of seed 004 over a JSON array of run events. */
+export declare function restoreRunCostsJson(eventsJson: string): string
 
 /** Check a JSON array of envelopes: one run, dense sequences from 1, ids that match their content. */
 export declare function validateEventLogShapeJson(eventsJson: string): void

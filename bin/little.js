@@ -33,11 +33,15 @@ options:
 Prints every committed event of <runId> in sequence order, one canonical JSON envelope per line.`,
   replay: `usage: little replay <runId> [--data-dir DIR]
 
-Folds <runId>'s events and prints the materialized state (status, steps, usage, cost) as JSON.`,
+Folds <runId>'s events and prints the materialized state (status, steps, usage, cost) as JSON.
+For a run of seed-004 run events it prints the run-event fold instead (status, nodes, pending
+gates and media jobs, budget, timeout, restored costs), after the strict replay read; a session
+(ses_...) shows its event count and whether it was cancelled.`,
   verify: `usage: little verify [runId] [--data-dir DIR]
 
 Re-checks a run (or every run and every artifact): dense sequences, event ids, canonical payloads,
-rows that agree with their envelopes, referenced artifacts, artifact hashes and sizes.
+rows that agree with their envelopes, stored run-event bodies, referenced artifacts, artifact
+hashes and sizes.
 Prints a JSON report; exits 1 when it finds a problem.`,
   runs: `usage: little runs [--data-dir DIR]
 
@@ -88,7 +92,18 @@ const COMMANDS = {
   },
   async replay(lib, world, positionals) {
     const runId = runIdArg(positionals, true);
-    await out(JSON.stringify(await lib.materializeRunState(world, runId), null, 2));
+    const runEvents = await lib.listRunEvents(world, runId);
+    if (runEvents.length === 0) {
+      await out(JSON.stringify(await lib.materializeRunState(world, runId), null, 2));
+    } else if (runId.startsWith('ses_')) {
+      // Sessions have no fold in seed 004; show what the stream holds.
+      const cancelled = runEvents.some((e) => e.type === 'session:cancelled');
+      await out(JSON.stringify({ sessionId: runId, vocabulary: 'session-events', eventCount: runEvents.length, status: cancelled ? 'cancelled' : 'open' }, null, 2));
+    } else {
+      // A run of seed-004 run events: the strict replay read, then its fold and cost restore.
+      const events = await lib.loadRunEventLogForReplay(world, runId);
+      await out(JSON.stringify({ runId, vocabulary: 'run-events', eventCount: events.length, ...lib.foldRunEvents(events) }, null, 2));
+    }
     return 0;
   },
   async verify(lib, world, positionals) {

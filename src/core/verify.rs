@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
-    /// `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `missing-artifact`,
-    /// `artifact-hash`, `artifact-manifest`, `artifact-integrity`.
+    /// `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `run-event-body`,
+    /// `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`.
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
@@ -162,6 +162,12 @@ fn check_row(row: &StoredEvent, problems: &mut Vec<Problem>, referenced: &mut BT
     }
     if let Some(payload) = value.get("payload") {
         collect_refs(payload, referenced);
+        if let Some(map) = payload.as_object() {
+            let stream = crate::core::run_events::stored::stream_of(&row.run_id);
+            if let Err(e) = crate::core::run_events::parse_stored(stream, &row.event_type, map) {
+                report("run-event-body", e.to_string());
+            }
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use super::throw;
 use crate::core::error::WorldError;
 use crate::core::materialize::{self, pricing, pricing::Pricing};
-use crate::core::{canonical, events::shape};
+use crate::core::{canonical, events::shape, run_events};
 use napi::Env;
 use napi_derive::napi;
 
@@ -37,4 +37,30 @@ pub fn materialize_events_json(
 #[napi(js_name = "bundledPricingJson")]
 pub fn bundled_pricing_json() -> &'static str {
     pricing::BUNDLED_JSON
+}
+
+/// The cost restore of seed 004 over a JSON array of run events.
+#[napi(js_name = "restoreRunCostsJson")]
+pub fn restore_run_costs_json(env: Env, events_json: String) -> napi::Result<String> {
+    parse_events(&events_json)
+        .and_then(|events| run_events::restore_costs(&events))
+        .map(|c| c.to_json().to_string())
+        .map_err(|e| throw(&env, &e))
+}
+
+/// The run-event fold of seed 004 over a JSON array of run events; the state as canonical JSON.
+#[napi(js_name = "foldRunEventsJson")]
+pub fn fold_run_events_json(env: Env, events_json: String) -> napi::Result<String> {
+    parse_events(&events_json)
+        .and_then(|events| run_events::fold(&events))
+        .map(|state| canonical::to_string(&state))
+        .map_err(|e| throw(&env, &e))
+}
+
+fn parse_events(text: &str) -> crate::core::error::Result<Vec<serde_json::Value>> {
+    match canonical::parse(text) {
+        Ok(serde_json::Value::Array(events)) => Ok(events),
+        Ok(_) => Err(WorldError::validation("events", "must be an array of run events")),
+        Err(e) => Err(WorldError::validation("events", e.to_string())),
+    }
 }

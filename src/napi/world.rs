@@ -6,6 +6,7 @@ use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
 use crate::core::events::AppendRequest;
 use crate::core::materialize::pricing::Pricing;
+use crate::core::run_events::Stream;
 use crate::core::runtime::Ticket;
 use crate::core::store::sqlite::Durability;
 use crate::core::world::World;
@@ -124,9 +125,40 @@ impl NativeWorld {
                     event_type,
                     payload_json,
                     key: idempotency_key,
+                    draft: None,
                 },
             )
         })
+    }
+
+    /// Append a seed-004 draft (JSON text, `type` included) to a run (`session: false`) or a
+    /// session; resolves with the envelope's canonical JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn append_draft(
+        &self,
+        env: Env,
+        stream_id: String,
+        draft_json: String,
+        session: bool,
+    ) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            self.world.append(
+                t,
+                AppendRequest {
+                    run_id: stream_id,
+                    event_type: String::new(),
+                    payload_json: draft_json,
+                    key: None,
+                    draft: Some(if session { Stream::Session } else { Stream::Run }),
+                },
+            )
+        })
+    }
+
+    /// A stream's events as run (or session) events, JSON array text. `strict` is the replay read.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn run_events(&self, env: Env, stream_id: String, strict: bool) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.run_events(t, stream_id, strict))
     }
 
     /// Committed envelopes of a run after `afterSequence`, at most `limit`, as a JSON array text.

@@ -14,6 +14,7 @@ pub mod shape;
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
+use crate::core::run_events::{self, Stream};
 use crate::core::store::{LogTx, LogWriter, NewEvent};
 use path::{JsonPath, Seg};
 use serde_json::{Map, Value};
@@ -27,11 +28,15 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// An append as the caller asked for it.
 #[derive(Debug, Clone)]
 pub struct AppendRequest {
+    /// The stream: a run id, or a session id for a session event.
     pub run_id: String,
+    /// The type (ignored for a run-event draft, whose type is its own `type` field).
     pub event_type: String,
-    /// The payload as JSON text.
+    /// The payload as JSON text (for a run-event draft: the draft, `type` included).
     pub payload_json: String,
     pub key: Option<String>,
+    /// `Some` for `appendRunEvent` / `appendSessionEvent`: the payload is a seed-004 draft.
+    pub draft: Option<Stream>,
 }
 
 /// An append whose payload is checked and canonical, ready for a write transaction.
@@ -42,6 +47,8 @@ pub struct PreparedAppend {
     pub payload: String,
     pub key: Option<String>,
     pub digest: Option<String>,
+    /// For a run-event terminal: the node it ends, or `""` when it ends the run (or session).
+    pub terminal: Option<String>,
 }
 
 /// What the append rules need of the artifact store.
@@ -56,9 +63,32 @@ pub trait Artifacts: Send + Sync {
 pub const INLINE_LIMIT: usize = 256_000;
 
 /// Check an append against every rule that does not depend on stored rows.
-pub fn prepare(req: AppendRequest, artifacts: &dyn Artifacts) -> Result<PreparedAppend> {
-    ids::check_run_id(&req.run_id)?;
-    let run = req.run_id.as_str();
+pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<PreparedAppend> {
+    match req.draft {
+        Some(Stream::Session) => ids::check_session_id(&req.run_id)?,
+        _ => ids::check_run_id(&req.run_id)?,
+    }
+    let run = req.run_id.clone();
+    let run = run.as_str();
+    let mut payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
+    let mut terminal = None;
+    if let Some(stream) = req.draft {
+        // A seed-004 draft: strictly validated as its stream's vocabulary; its own `type` field
+        // becomes the envelope's type and the rest the payload.
+        run_events::validate_draft(stream, &payload).map_err(|e| e.for_run(run))?;
+        let Some(Value::String(t)) = payload.remove("type") else {
+            unreachable!("validate_draft checked the type")
+        };
+        req.event_type = t;
+        terminal = terminal_of(&req.event_type, &payload);
+    } else if req.event_type.contains(':') && run_events::is_known_type(&req.event_type) {
+        // A colon-namespaced type this build knows is held to the run-event vocabulary exactly as
+        // appendRunEvent holds it; an unknown one is a generic fact (a newer writer's).
+        let p = JsonPath::new("payload").render();
+        run_events::validate_event(Stream::Run, &req.event_type, &payload)
+            .map_err(|e| rebase(e, "event", &p).for_run(run))?;
+        terminal = terminal_of(&req.event_type, &payload);
+    }
     check_type(&req.event_type).map_err(|e| e.for_run(run))?;
     if let Some(key) = &req.key {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
@@ -75,7 +105,6 @@ pub fn prepare(req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prepared
         )
         .for_run(run));
     }
-    let mut payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
     check_payload(&req.event_type, &payload, artifacts).map_err(|e| e.for_run(run))?;
     offload_large_values(&req.event_type, &mut payload, run, artifacts)?;
     let canonical = canonical::to_string(&Value::Object(payload));
@@ -89,7 +118,32 @@ pub fn prepare(req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prepared
         payload: canonical,
         key: req.key,
         digest,
+        terminal,
     })
+}
+
+/// The node a run-event terminal ends, or `""` for the end of the run (or session).
+fn terminal_of(t: &str, payload: &Map<String, Value>) -> Option<String> {
+    if run_events::is_run_terminal(t) || t == "session:cancelled" {
+        Some(String::new())
+    } else {
+        run_events::node_terminal(t, payload)
+    }
+}
+
+/// Re-root a validation error's path (`event.nodeId` → `payload.nodeId`).
+fn rebase(e: WorldError, from: &str, to: &str) -> WorldError {
+    match e {
+        WorldError::Validation { run_id, path, message } => WorldError::Validation {
+            run_id,
+            path: match path.strip_prefix(from) {
+                Some(rest) => format!("{to}{rest}"),
+                None => path,
+            },
+            message,
+        },
+        other => other,
+    }
 }
 
 fn check_type(event_type: &str) -> Result<()> {
@@ -206,7 +260,7 @@ pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], record
     let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
     let result = writer.transaction(&mut |tx| {
         outcomes.clear();
-        let mut next: HashMap<&str, u64> = HashMap::new();
+        let mut next: HashMap<&str, Cursor> = HashMap::new();
         for item in batch {
             tx.savepoint()?;
             match append_one(tx, &mut next, item, recorded_at) {
@@ -228,14 +282,22 @@ pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], record
     }
 }
 
+/// What the group knows of a run so far: its last sequence and the sequence of its end, if any.
+#[derive(Clone, Copy)]
+struct Cursor {
+    last: u64,
+    ended: Option<u64>,
+}
+
 fn append_one<'b>(
     tx: &mut dyn LogTx,
-    next: &mut HashMap<&'b str, u64>,
+    next: &mut HashMap<&'b str, Cursor>,
     item: &'b PreparedAppend,
     recorded_at: &str,
 ) -> Result<String> {
+    let run = item.run_id.as_str();
     if let (Some(key), Some(digest)) = (&item.key, &item.digest) {
-        if let Some(found) = tx.find_by_key(&item.run_id, key)? {
+        if let Some(found) = tx.find_by_key(run, key)? {
             if &found.digest == digest {
                 return Ok(found.envelope);
             }
@@ -248,15 +310,37 @@ fn append_one<'b>(
             });
         }
     }
-    let last = match next.get(item.run_id.as_str()) {
-        Some(&s) => s,
-        None => tx.last_sequence(&item.run_id)?,
+    let cursor = match next.get(run) {
+        Some(&c) => c,
+        None => Cursor {
+            last: tx.last_sequence(run)?,
+            ended: tx.terminal(run, "")?,
+        },
     };
-    let sequence = last + 1;
-    let event_id = ids::event_id(&item.run_id, sequence, &item.event_type, &item.payload);
+    if let Some(end) = cursor.ended {
+        return Err(WorldError::validation(
+            "type",
+            format!("{run} ended at sequence {end}: nothing may follow its terminal event"),
+        )
+        .for_run(run));
+    }
+    if let Some(node) = item.terminal.as_deref().filter(|n| !n.is_empty()) {
+        if let Some(at) = tx.terminal(run, node)? {
+            return Err(WorldError::validation(
+                "nodeId",
+                format!(
+                    "node {} already ended at sequence {at}: a node has exactly one terminal event",
+                    canonical::string_literal(node)
+                ),
+            )
+            .for_run(run));
+        }
+    }
+    let sequence = cursor.last + 1;
+    let event_id = ids::event_id(run, sequence, &item.event_type, &item.payload);
     let envelope = envelope_json(
         &event_id,
-        &item.run_id,
+        run,
         sequence,
         &item.event_type,
         item.key.as_deref(),
@@ -265,7 +349,7 @@ fn append_one<'b>(
         &item.payload,
     );
     tx.insert(&NewEvent {
-        run_id: &item.run_id,
+        run_id: run,
         sequence,
         event_id: &event_id,
         event_type: &item.event_type,
@@ -274,7 +358,16 @@ fn append_one<'b>(
         recorded_at,
         envelope: &envelope,
     })?;
-    next.insert(&item.run_id, sequence);
+    if let Some(node) = &item.terminal {
+        tx.insert_terminal(run, node, sequence, &item.event_type)?;
+    }
+    next.insert(
+        run,
+        Cursor {
+            last: sequence,
+            ended: item.terminal.as_deref().filter(|n| n.is_empty()).map(|_| sequence),
+        },
+    );
     Ok(envelope)
 }
 

@@ -19,6 +19,7 @@ fn req(run: &str, t: &str, payload: serde_json::Value, key: Option<&str>) -> App
         event_type: t.into(),
         payload_json: payload.to_string(),
         key: key.map(str::to_string),
+        draft: None,
     }
 }
 
@@ -184,6 +185,7 @@ fn payloads_must_be_objects_of_storable_json() {
                 event_type: "t".into(),
                 payload_json: json.into(),
                 key: None,
+                draft: None,
             },
             &NoArtifacts,
         )
@@ -200,6 +202,7 @@ fn payloads_must_be_objects_of_storable_json() {
             event_type: "t".into(),
             payload_json: "{}".into(),
             key: None,
+            draft: None,
         },
         &NoArtifacts,
     )
@@ -211,6 +214,7 @@ fn payloads_must_be_objects_of_storable_json() {
             event_type: "".into(),
             payload_json: "{}".into(),
             key: None,
+            draft: None,
         },
         &NoArtifacts,
     )

@@ -25,6 +25,7 @@ mod refine;
 mod schema;
 mod secrets;
 mod shapes;
+pub mod stored;
 #[cfg(test)]
 mod tests;
 

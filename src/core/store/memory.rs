@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 struct Stream {
     rows: Vec<StoredEvent>,
     keys: HashMap<String, usize>,
+    /// Terminal events by node id ('' for the stream's own end).
+    terminals: HashMap<String, u64>,
 }
 
 type Streams = BTreeMap<String, Stream>;
@@ -36,7 +38,8 @@ impl MemoryLog {
 struct MemoryTx<'a> {
     streams: &'a Streams,
     staged: Vec<StoredEvent>,
-    mark: usize,
+    staged_terminals: Vec<(String, String, u64)>,
+    mark: (usize, usize),
 }
 
 impl LogTx for MemoryTx<'_> {
@@ -96,8 +99,26 @@ impl LogTx for MemoryTx<'_> {
         Ok(())
     }
 
+    fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>> {
+        if let Some((_, _, seq)) = self.staged_terminals.iter().find(|(r, n, _)| r == run_id && n == node) {
+            return Ok(Some(*seq));
+        }
+        Ok(self.streams.get(run_id).and_then(|s| s.terminals.get(node).copied()))
+    }
+
+    fn insert_terminal(&mut self, run_id: &str, node: &str, sequence: u64, _event_type: &str) -> Result<()> {
+        if self.terminal(run_id, node)?.is_some() {
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!("{run_id} already has a terminal event for node {node:?}"),
+            });
+        }
+        self.staged_terminals
+            .push((run_id.to_string(), node.to_string(), sequence));
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
-        self.mark = self.staged.len();
+        self.mark = (self.staged.len(), self.staged_terminals.len());
         Ok(())
     }
 
@@ -106,7 +127,8 @@ impl LogTx for MemoryTx<'_> {
     }
 
     fn rollback_to(&mut self) -> Result<()> {
-        self.staged.truncate(self.mark);
+        self.staged.truncate(self.mark.0);
+        self.staged_terminals.truncate(self.mark.1);
         Ok(())
     }
 }
@@ -117,10 +139,14 @@ impl LogWriter for MemoryLog {
         let mut tx = MemoryTx {
             streams: &streams,
             staged: Vec::new(),
-            mark: 0,
+            staged_terminals: Vec::new(),
+            mark: (0, 0),
         };
         body(&mut tx)?;
         let staged = tx.staged;
+        for (run, node, seq) in tx.staged_terminals {
+            streams.entry(run).or_default().terminals.insert(node, seq);
+        }
         for row in staged {
             let stream = streams.entry(row.run_id.clone()).or_default();
             if let Some(k) = &row.key {

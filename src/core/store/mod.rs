@@ -66,6 +66,10 @@ pub trait LogTx {
     fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>>;
     /// Insert a row. Fails, changing nothing, if `(run_id, sequence)` or `(run_id, key)` exists.
     fn insert(&mut self, row: &NewEvent<'_>) -> Result<()>;
+    /// The sequence of the terminal event of `run_id` (`node` empty) or of one of its nodes.
+    fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>>;
+    /// Record a terminal event. Fails, changing nothing, if that run or node already has one.
+    fn insert_terminal(&mut self, run_id: &str, node: &str, sequence: u64, event_type: &str) -> Result<()>;
     /// Open a savepoint for one append.
     fn savepoint(&mut self) -> Result<()>;
     /// Keep what the append since the savepoint wrote.

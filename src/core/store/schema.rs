@@ -27,6 +27,26 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE UNIQUE INDEX events_idempotency
         ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL;",
+    // 2: the terminal events of run-event streams, one row per ended run (node_id '') or node, so
+    // an append can refuse what follows a run's end, or a node's second terminal, without a
+    // scan. The primary key is the backstop. Rows stored before this version are backfilled.
+    "CREATE TABLE terminals (
+        run_id   TEXT    NOT NULL,
+        node_id  TEXT    NOT NULL,
+        sequence INTEGER NOT NULL,
+        type     TEXT    NOT NULL,
+        PRIMARY KEY (run_id, node_id)
+    ) WITHOUT ROWID;
+    INSERT OR IGNORE INTO terminals (run_id, node_id, sequence, type)
+        SELECT run_id,
+               CASE WHEN type IN ('run:completed', 'run:failed', 'run:cancelled', 'session:cancelled') THEN ''
+                    ELSE json_extract(envelope, '$.payload.nodeId') END,
+               sequence, type
+        FROM events
+        WHERE type IN ('run:completed', 'run:failed', 'run:cancelled', 'session:cancelled')
+           OR (type IN ('node:completed', 'node:failed', 'node:skipped')
+               AND json_type(envelope, '$.payload.nodeId') = 'text')
+        ORDER BY run_id, sequence;",
 ];
 
 /// The schema version this build writes.

@@ -160,6 +160,22 @@ impl LogTx for SqliteTx<'_> {
             })
     }
 
+    fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>> {
+        self.conn
+            .prepare_cached("SELECT sequence FROM terminals WHERE run_id = ?1 AND node_id = ?2")
+            .and_then(|mut s| s.query_row(params![run_id, node], |r| r.get::<_, i64>(0)).optional())
+            .map(|v| v.map(|s| s as u64))
+            .map_err(|e| WorldError::sqlite("looking up a terminal event", e))
+    }
+
+    fn insert_terminal(&mut self, run_id: &str, node: &str, sequence: u64, event_type: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("INSERT INTO terminals (run_id, node_id, sequence, type) VALUES (?1, ?2, ?3, ?4)")
+            .and_then(|mut s| s.execute(params![run_id, node, sequence as i64, event_type]))
+            .map(|_| ())
+            .map_err(|e| WorldError::sqlite("recording a terminal event", e))
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.exec("SAVEPOINT append", "opening a savepoint")
     }

@@ -33,6 +33,7 @@ fn append(run: &str, i: usize) -> AppendRequest {
         event_type: "StepStarted".into(),
         payload_json: format!("{{\"stepPath\":\"s{i}\"}}"),
         key: None,
+        draft: None,
     }
 }
 
@@ -121,6 +122,7 @@ fn virtual_world_keeps_the_same_rules() {
         event_type: "StepStarted".into(),
         payload_json: "{}".into(),
         key: None,
+        draft: None,
     };
     assert_eq!(world.append(2, invalid).unwrap_err().code(), "EVENT_VALIDATION");
     // A large one goes through the prep thread; its error arrives through the completer.
@@ -129,6 +131,7 @@ fn virtual_world_keeps_the_same_rules() {
         event_type: "StepStarted".into(),
         payload_json: format!("{{\"pad\":\"{}\"}}", "x".repeat(INLINE_PREP_MAX)),
         key: None,
+        draft: None,
     };
     world.append(5, large_invalid).unwrap();
     world.append(3, append("run_v", 3)).unwrap();
@@ -160,6 +163,7 @@ fn call_order_holds_when_large_and_small_payloads_mix() {
             event_type: "StepStarted".into(),
             payload_json: format!("{{\"stepPath\":\"s{i}\",\"pad\":\"{pad}\"}}"),
             key: None,
+            draft: None,
         };
         world.append(i, req).unwrap();
     }

@@ -421,3 +421,25 @@ fn terminals() {
         assert_eq!(node_terminal(t, map(&d)), None);
     }
 }
+
+#[test]
+fn the_shared_examples_fixture_covers_every_type_and_agrees() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("__test__/fixtures/run-event-examples.json");
+    let fx: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let types = fx["types"].as_object().unwrap();
+    for (t, _) in SHAPES.iter() {
+        let ex = &types[*t];
+        let stream = if ex["stream"] == "session" {
+            Stream::Session
+        } else {
+            Stream::Run
+        };
+        assert!(validate_draft(stream, map(&ex["valid"])).is_ok(), "{t} valid example");
+        let err = validate_draft(stream, map(&ex["invalid"]["draft"])).unwrap_err();
+        assert_eq!(
+            path_of(err),
+            ex["invalid"]["path"].as_str().unwrap(),
+            "{t} invalid example"
+        );
+    }
+}

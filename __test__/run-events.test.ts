@@ -1,0 +1,304 @@
+// The run-event contract of seed 004: strict writes, no secrets, tolerant and strict reads, the
+// cost restore and the fold, through world.ts on every kind of world.
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import {
+  appendEvent,
+  appendRunEvent,
+  appendSessionEvent,
+  canonicalize,
+  EventLogCorruptError,
+  EventValidationError,
+  foldRunEvents,
+  listEvents,
+  listRunEvents,
+  loadRunEventLogForReplay,
+  localWorld,
+  ReplayRefusedError,
+  restoreRunCosts,
+  WorldError,
+  type RunEvent,
+  type RunEventDraft,
+} from '@little-workflow/world';
+import { packageRoot, tempDir, track, worldKinds } from './helpers';
+
+type Examples = { types: Record<string, { stream: 'run' | 'session'; valid: RunEventDraft; invalid: { draft: RunEventDraft; path: string } }> };
+const examples = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'run-event-examples.json'), 'utf8')) as Examples;
+const UUID = '3f2b8c1e-9a4d-4e6f-8b2a-1c3d5e7f9a0b';
+
+async function rejection(p: Promise<unknown>): Promise<WorldError> {
+  try {
+    await p;
+  } catch (e) {
+    return e as WorldError;
+  }
+  throw new Error('expected a rejection');
+}
+
+describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
+  it('accepts a valid and refuses an invalid example of every type of both unions', async () => {
+    const world = makeWorld();
+    const types = Object.entries(examples.types);
+    expect(types.length).toBeGreaterThanOrEqual(34);
+    let n = 0;
+    for (const [type, ex] of types) {
+      const id = `${ex.stream === 'session' ? 'ses' : 'run'}_ex_${n++}`;
+      const append = (d: RunEventDraft) => (ex.stream === 'session' ? appendSessionEvent(world, id, d) : appendRunEvent(world, id, d));
+      const err = await rejection(append(ex.invalid.draft));
+      expect(err, type).toBeInstanceOf(EventValidationError);
+      expect(err.path, type).toBe(ex.invalid.path);
+      const stored = await append(ex.valid);
+      expect(stored.type).toBe(type);
+      expect(stored.sequenceNumber, `${type}: the refused append consumed no sequence`).toBe(1);
+      expect(stored.timestamp).toMatch(/Z$/);
+      expect(ex.stream === 'session' ? stored.sessionId : stored.runId).toBe(id);
+    }
+  });
+
+  it('keeps run-only and session-only types to their own stream, and refuses unknown types', async () => {
+    const world = makeWorld();
+    const only = async (p: Promise<unknown>) => expect((await rejection(p)).path).toBe('event.type');
+    await only(appendSessionEvent(world, 'ses_s', { type: 'cost:attempt_settled', ...Object.fromEntries(Object.entries(examples.types['cost:attempt_settled'].valid).filter(([k]) => k !== 'type')) }));
+    await only(appendSessionEvent(world, 'ses_s', examples.types['agent:file_patch_proposed'].valid));
+    await only(appendRunEvent(world, 'run_s', examples.types['session:turn_started'].valid));
+    await only(appendRunEvent(world, 'run_s', { type: 'node:exploded', nodeId: 'n' }));
+    // Dual-envelope types go on both.
+    await appendRunEvent(world, 'run_s', examples.types['agent:token'].valid);
+    await appendSessionEvent(world, 'ses_s', examples.types['agent:token'].valid);
+  });
+
+  it('numbers sessions densely on their own, beside runs', async () => {
+    const world = makeWorld();
+    for (let i = 0; i < 5; i++) {
+      await appendRunEvent(world, 'run_pair', { type: 'agent:token', nodeId: 'n', token: `r${i}`, model: 'm' });
+      await appendSessionEvent(world, 'ses_pair', { type: 'agent:token', nodeId: 'n', token: `s${i}`, model: 'm' });
+    }
+    expect((await listRunEvents(world, 'run_pair')).map((e) => e.sequenceNumber)).toEqual([1, 2, 3, 4, 5]);
+    expect((await listRunEvents(world, 'ses_pair')).map((e) => e.sequenceNumber)).toEqual([1, 2, 3, 4, 5]);
+  });
+
+  it('refuses anything after a run terminal, and a second terminal for a node', async () => {
+    const world = makeWorld();
+    await appendRunEvent(world, 'run_t', { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' });
+    await appendRunEvent(world, 'run_t', { type: 'node:started', nodeId: 'n1', nodeType: 'agent' });
+    await appendRunEvent(world, 'run_t', { type: 'node:skipped', nodeId: 'n2', reason: 'branch_not_taken' });
+    const completed = { type: 'node:completed', nodeId: 'n1', output: 1, tokensUsed: { input: 1, output: 1 }, durationMs: 5 };
+    await appendRunEvent(world, 'run_t', completed);
+    const again = await rejection(appendRunEvent(world, 'run_t', completed));
+    expect(again).toBeInstanceOf(EventValidationError);
+    const failed = await rejection(appendRunEvent(world, 'run_t', { type: 'node:failed', nodeId: 'n2', error: { code: 'internal', message: 'x', retryable: false } }));
+    expect(failed).toBeInstanceOf(EventValidationError);
+    await appendRunEvent(world, 'run_t', { type: 'run:cancelled' });
+    for (const late of [{ type: 'node:started', nodeId: 'n3', nodeType: 'agent' }, { type: 'run:cancelled' }]) {
+      expect(await rejection(appendRunEvent(world, 'run_t', late))).toBeInstanceOf(EventValidationError);
+    }
+    // Not even a generic fact follows the end of the run.
+    expect(await rejection(appendEvent(world, 'run_t', { type: 'my.note', payload: {} }))).toBeInstanceOf(EventValidationError);
+    expect((await listRunEvents(world, 'run_t')).map((e) => e.sequenceNumber)).toEqual([1, 2, 3, 4, 5]);
+    // A session ends at session:cancelled.
+    await appendSessionEvent(world, 'ses_t', { type: 'session:cancelled' });
+    expect(await rejection(appendSessionEvent(world, 'ses_t', { type: 'session:turn_started' }))).toBeInstanceOf(EventValidationError);
+  });
+
+  it('validates a known colon-namespaced type given to appendEvent exactly as appendRunEvent does', async () => {
+    const world = makeWorld();
+    const ex = examples.types['node:retrying'];
+    const { type, ...fields } = ex.invalid.draft;
+    const err = await rejection(appendEvent(world, 'run_ae', { type, payload: fields }));
+    expect(err).toBeInstanceOf(EventValidationError);
+    expect(err.path).toBe(ex.invalid.path.replace(/^event/, 'payload'));
+    const { type: t2, ...good } = ex.valid;
+    await appendEvent(world, 'run_ae', { type: t2, payload: good });
+    // An unknown colon type is a newer writer's fact: stored as is.
+    const newer = await appendEvent(world, 'run_ae', { type: 'iteration:started', payload: { iterationIndex: 1 } });
+    expect(newer.sequence).toBe(2);
+  });
+
+  it('restores costs by the seed rules, whatever the order of the rows', async () => {
+    const world = makeWorld();
+    const runId = 'run_costs';
+    const drafts: RunEventDraft[] = [
+      { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' },
+      { type: 'node:started', nodeId: 'media', nodeType: 'agent' },
+      { type: 'node:started', nodeId: 'a', nodeType: 'agent' },
+      // The media node ends with a 6,000 snapshot that includes its media spend (no attempt rows).
+      { type: 'node:completed', nodeId: 'media', output: null, tokensUsed: { input: 0, output: 0 }, durationMs: 1, cumulativeCostMicrocents: 6000 },
+      // Agent attempts: deltas 1,000 and 2,000; their cumulatives are below the media snapshot.
+      { type: 'cost:attempt_settled', nodeId: 'a', model: 'gpt-5', attemptNumber: 1, inputTokens: 10, outputTokens: 1, costMicrocents: 1000, cumulativeCostMicrocents: 4000, priced: true },
+      { type: 'cost:attempt_settled', nodeId: 'a', model: 'gpt-5', attemptNumber: 2, inputTokens: 10, outputTokens: 1, costMicrocents: 2000, cumulativeCostMicrocents: 8000, priced: true },
+      { type: 'cost:attempt_settled', nodeId: 'a', model: 'local', attemptNumber: 3, inputTokens: 10, outputTokens: 1, costMicrocents: 0, cumulativeCostMicrocents: 8000, priced: false },
+      // cost:updated is streamed-only: never a source, even when it claims more.
+      { type: 'cost:updated', nodeId: 'a', model: 'gpt-5', inputTokens: 1, outputTokens: 1, costMicrocents: 99999, cumulativeCostMicrocents: 999999 },
+      { type: 'budget:estimate_committed', nodeId: 'a', model: 'gpt-5', estimateMicrocents: 3000, cumulativeConservativeMicrocents: 3000 },
+      { type: 'budget:estimate_committed', nodeId: 'a', model: 'claude', estimateMicrocents: 500, cumulativeConservativeMicrocents: 3500 },
+    ];
+    for (const d of drafts) await appendRunEvent(world, runId, d);
+    const events = await loadRunEventLogForReplay(world, runId);
+    // Realized = max(6000, 4000, 8000, 8000) = 8000: summing deltas (3000) or adding them to the
+    // snapshot (9000) would both be wrong. Conservative = 3000 + 500.
+    const want = { realizedCostMicrocents: 8000, conservativeMicrocents: 3500, conservativeByModel: { claude: 500, 'gpt-5': 3000 }, unpricedAttempts: 1 };
+    expect(restoreRunCosts(events)).toEqual(want);
+    let seed = 7;
+    for (let k = 0; k < 50; k++) {
+      const shuffled = [...events];
+      for (let i = shuffled.length - 1; i > 0; i--) {
+        seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+        const j = seed % (i + 1);
+        [shuffled[i], shuffled[j]] = [shuffled[j], shuffled[i]];
+      }
+      expect(restoreRunCosts(shuffled)).toEqual(want);
+    }
+    expect(foldRunEvents(events).costs).toEqual(want);
+  });
+
+  it('folds status, nodes, pending gates and the run:paused aggregate', async () => {
+    const world = makeWorld();
+    const runId = 'run_fold';
+    for (const d of [
+      { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' },
+      { type: 'node:started', nodeId: 'cond', nodeType: 'condition' },
+      { type: 'node:completed', nodeId: 'cond', output: null, tokensUsed: { input: 0, output: 0 }, durationMs: 1, selected: ['b'] },
+      { type: 'node:skipped', nodeId: 'a', reason: 'branch_not_taken' },
+      { type: 'node:started', nodeId: 'b', nodeType: 'agent' },
+      { type: 'node:retrying', nodeId: 'b', attemptNumber: 1, delayMs: 10, error: { code: 'provider_rate_limit', message: '429', retryable: true } },
+      { type: 'node:started', nodeId: 'b', nodeType: 'agent', attemptNumber: 2 },
+      { type: 'node:started', nodeId: 'g', nodeType: 'human_gate' },
+      { type: 'human_gate:paused', nodeId: 'g', gateId: 'gate_1', gateType: 'approval', message: 'Ship?' },
+      { type: 'run:paused', pendingGateCount: 1, gateIds: ['gate_1'] },
+    ] as RunEventDraft[]) {
+      await appendRunEvent(world, runId, d);
+    }
+    const state = foldRunEvents(await loadRunEventLogForReplay(world, runId));
+    expect(state.status).toBe('paused');
+    expect(state.nodes.cond).toMatchObject({ status: 'completed', selected: ['b'] });
+    expect(state.nodes.a).toMatchObject({ status: 'skipped', skipReason: 'branch_not_taken' });
+    expect(state.nodes.b).toMatchObject({ status: 'running', attempts: 2 });
+    expect(state.pendingGates).toEqual([{ gateId: 'gate_1', nodeId: 'g', gateType: 'approval' }]);
+    expect(state.pausedAggregateMismatch ?? []).toEqual([]);
+    // A run:paused naming a gate that is not open is reported, not thrown.
+    const events = await loadRunEventLogForReplay(world, runId);
+    const bogus = { ...events[events.length - 1], sequenceNumber: events.length + 1, gateIds: ['gate_x'] } as RunEvent;
+    expect(foldRunEvents([...events, bogus]).pausedAggregateMismatch?.length).toBe(1);
+  });
+});
+
+const SECRETS: Array<[string, string]> = [
+  ['OpenAI key', 'sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f'],
+  ['Anthropic key', 'sk-ant-api03-Zy9xWv8uTs7rQp6oNm5lKj4iHg3fEd2cBa1'],
+  ['AWS access key', 'AKIAIOSFODNN7EXAMPLE'],
+  ['GitHub token', 'ghp_16C7e42F292c6912E7710c838347Ae178B4a'],
+  ['Google API key', 'AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q'],
+  ['bearer token', 'Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl'],
+  ['PEM private key', '-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7s9xQ1vPz\n-----END RSA PRIVATE KEY-----'],
+];
+
+describe('no secrets in the log', () => {
+  it('refuses credentials anywhere in a run event, naming the field and never the value', async () => {
+    const dataDir = tempDir();
+    const world = track(localWorld({ dataDir }));
+    for (const [kind, secret] of SECRETS) {
+      const attempts = [
+        appendRunEvent(world, 'run_sec', { type: 'run:started', workflowId: UUID, executionMode: 'local', inputs: { topic: 'x', token: secret } }),
+        appendRunEvent(world, 'run_sec', { type: 'agent:tool_call', nodeId: 'n', model: 'm', toolId: 'http', toolInput: { headers: { authorization: secret } } }),
+        appendEvent(world, 'run_sec', { type: 'agent:token', payload: { nodeId: 'n', token: secret, model: 'm' } }),
+      ];
+      const paths = ['event.inputs.token', 'event.toolInput.headers.authorization', 'payload.token'];
+      for (const [i, p] of attempts.entries()) {
+        const err = await rejection(p);
+        expect(err, kind).toBeInstanceOf(EventValidationError);
+        expect(err.path, kind).toBe(paths[i]);
+        const shown = `${err.message} ${String(err)} ${err.stack} ${JSON.stringify(err.details)} ${JSON.stringify(err)}`;
+        for (let k = 0; k + 6 <= secret.length; k++) {
+          const piece = secret.slice(k, k + 6);
+          if (/^[-\s]+$/.test(piece) || piece.includes('-----') || /BEGIN|PRIVATE|Bearer/.test(piece)) continue;
+          expect(shown.includes(piece), `${kind}: the error shows "${piece}"`).toBe(false);
+        }
+      }
+    }
+    // A masked secret is exactly { secret: true, ref: 'inputs.<name>' }.
+    await appendRunEvent(world, 'run_sec', { type: 'run:started', workflowId: UUID, executionMode: 'local', inputs: { apiKey: { secret: true, ref: 'inputs.apiKey' } } });
+    for (const bad of [{ secret: true, ref: 'env.KEY' }, { secret: true, ref: 'inputs.apiKey', value: 'x' }, { secret: true }]) {
+      const err = await rejection(appendRunEvent(world, 'run_sec2', { type: 'run:started', workflowId: UUID, executionMode: 'local', inputs: { apiKey: bad } }));
+      expect(err).toBeInstanceOf(EventValidationError);
+    }
+    await world.close();
+    // Nothing refused reached the store.
+    const bytes = readdirSync(join(dataDir, 'events')).map((f) => readFileSync(join(dataDir, 'events', f)).toString('latin1')).join('');
+    for (const [kind, secret] of SECRETS) expect(bytes.includes(secret.split('\n')[0].slice(-16)), kind).toBe(false);
+  });
+});
+
+/** Insert a row the way a newer writer would, with a correct envelope, straight into the store. */
+function insertRaw(dataDir: string, runId: string, type: string, payload: Record<string, unknown>) {
+  const db = new Database(join(dataDir, 'events', 'events.db'));
+  const sequence = ((db.prepare('SELECT MAX(sequence) AS s FROM events WHERE run_id = ?').get(runId) as { s: number }).s ?? 0) + 1;
+  const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+  const eventId = `evt_${sha(canonicalize({ runId, sequence, type, payload })).slice(0, 16)}`;
+  const recordedAt = new Date().toISOString();
+  const envelope = canonicalize({ eventId, runId, sequence, type, recordedAt, payload });
+  db.prepare('INSERT INTO events (run_id, sequence, event_id, type, recorded_at, envelope) VALUES (?, ?, ?, ?, ?, ?)').run(runId, sequence, eventId, type, recordedAt, envelope);
+  db.close();
+  return sequence;
+}
+
+describe('reading run-event logs written by a newer writer', () => {
+  it('drops unknown types on the display read, refuses them on the replay read, and throws on a broken known body', async () => {
+    const dataDir = tempDir();
+    let world = localWorld({ dataDir });
+    await appendRunEvent(world, 'run_newer', { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' });
+    await appendRunEvent(world, 'run_newer', { type: 'node:started', nodeId: 'n1', nodeType: 'agent' });
+    await world.close();
+    const s3 = insertRaw(dataDir, 'run_newer', 'iteration:started', { nodeId: 'n1', iterationIndex: 0 });
+    const s4 = insertRaw(dataDir, 'run_newer', 'cost:attempt_settled_v2', { nodeId: 'n1' });
+    world = track(localWorld({ dataDir }));
+    await appendRunEvent(world, 'run_newer', { type: 'agent:token', nodeId: 'n1', token: 'x', model: 'm' });
+
+    const shown = await listRunEvents(world, 'run_newer');
+    expect(shown.map((e) => [e.sequenceNumber, e.type])).toEqual([[1, 'run:started'], [2, 'node:started'], [5, 'agent:token']]);
+    const refused = await rejection(loadRunEventLogForReplay(world, 'run_newer'));
+    expect(refused).toBeInstanceOf(ReplayRefusedError);
+    expect(refused.code).toBe('REPLAY_REFUSED');
+    expect(refused.details.sequences).toEqual([s3, s4]);
+    expect(refused.message).toContain('iteration:started');
+    // Every row is still there for the generic reader.
+    expect((await listEvents(world, 'run_newer')).length).toBe(5);
+
+    // A known type whose body does not parse is corruption, on both reads.
+    insertRaw(dataDir, 'run_broken', 'node:started', { nodeType: 'agent' });
+    for (const read of [listRunEvents(world, 'run_broken'), loadRunEventLogForReplay(world, 'run_broken')]) {
+      const err = await rejection(read);
+      expect(err).toBeInstanceOf(EventLogCorruptError);
+      expect(err.sequence).toBe(1);
+    }
+  });
+
+  it('shows run-event logs through the little command', async () => {
+    const dataDir = tempDir();
+    const world = localWorld({ dataDir });
+    await appendRunEvent(world, 'run_cli_re', { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' });
+    await appendRunEvent(world, 'run_cli_re', { type: 'node:started', nodeId: 'n1', nodeType: 'agent' });
+    await appendRunEvent(world, 'run_cli_re', { type: 'cost:attempt_settled', nodeId: 'n1', model: 'gpt-5', attemptNumber: 1, inputTokens: 1, outputTokens: 1, costMicrocents: 700, cumulativeCostMicrocents: 700, priced: true });
+    await appendSessionEvent(world, 'ses_cli_re', { type: 'session:turn_started' });
+    await world.close();
+    const little = (...args: string[]) => spawnSync(process.execPath, [join(packageRoot, 'bin', 'little.js'), ...args, '--data-dir', dataDir], { encoding: 'utf8' });
+    const events = little('events', 'run_cli_re');
+    expect(events.status).toBe(0);
+    expect(events.stdout.trim().split('\n').map((l) => JSON.parse(l).type)).toEqual(['run:started', 'node:started', 'cost:attempt_settled']);
+    const replay = little('replay', 'run_cli_re');
+    expect(replay.status, replay.stderr).toBe(0);
+    const state = JSON.parse(replay.stdout);
+    expect(state.vocabulary).toBe('run-events');
+    expect(state.status).toBe('running');
+    expect(state.costs.realizedCostMicrocents).toBe(700);
+    expect(JSON.parse(little('replay', 'ses_cli_re').stdout).status).toBe('open');
+    expect(little('verify').status).toBe(0);
+    insertRaw(dataDir, 'run_cli_re', 'node:completed', { nodeId: 7 });
+    const verify = little('verify', 'run_cli_re');
+    expect(verify.status).toBe(1);
+    expect(JSON.parse(verify.stdout).problems.map((p: { kind: string }) => p.kind)).toContain('run-event-body');
+  });
+});

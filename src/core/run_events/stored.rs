@@ -1,0 +1,88 @@
+//! Reading a stream of the store as run events (or session events): the display read and the
+//! replay read of seed 004.
+//!
+//! A stored row is an envelope; as a run event it is its payload's fields plus `type`, `runId`
+//! (or `sessionId`), `timestamp` (= `recordedAt`) and `sequenceNumber` (= `sequence`). The
+//! display read drops a row whose type this build does not know (a newer writer's) and throws on
+//! a known type whose body does not parse; the replay read refuses the whole log when any row
+//! would be dropped, naming the rows.
+
+use super::{is_known_type, parse_stored, Stream};
+use crate::core::canonical;
+use crate::core::error::{Result, WorldError};
+use crate::core::store::LogReader;
+use serde_json::{Map, Value};
+
+/// The stream a stored id names.
+pub fn stream_of(stream_id: &str) -> Stream {
+    if stream_id.starts_with("ses_") {
+        Stream::Session
+    } else {
+        Stream::Run
+    }
+}
+
+/// A stream's events as run (or session) events, as one canonical JSON array text. With
+/// `strict`, refuse with `ReplayRefused` when any row would be dropped.
+pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result<String> {
+    let stream = stream_of(stream_id);
+    let id_key = match stream {
+        Stream::Run => "runId",
+        Stream::Session => "sessionId",
+    };
+    let mut out = String::from("[");
+    let mut dropped: Vec<(u64, String)> = Vec::new();
+    reader.rows(stream_id, 0, &mut |row| {
+        let corrupt = |reason: String| WorldError::EventLogCorrupt {
+            run_id: Some(stream_id.to_string()),
+            sequence: Some(row.sequence),
+            reason,
+        };
+        if !is_known_type(&row.event_type) {
+            dropped.push((row.sequence, row.event_type.clone()));
+            return Ok(());
+        }
+        let envelope: Value = serde_json::from_str(&row.envelope)
+            .map_err(|e| corrupt(format!("the stored envelope does not parse: {e}")))?;
+        let Some(Value::Object(payload)) = envelope.get("payload") else {
+            return Err(corrupt("the stored envelope has no payload object".into()));
+        };
+        parse_stored(stream, &row.event_type, payload).map_err(|e| match e {
+            WorldError::EventLogCorrupt { reason, .. } => corrupt(reason),
+            other => other,
+        })?;
+        let mut event: Map<String, Value> = payload.clone();
+        event.insert("type".into(), Value::String(row.event_type.clone()));
+        event.insert(id_key.into(), Value::String(stream_id.to_string()));
+        event.insert("timestamp".into(), Value::String(row.recorded_at.clone()));
+        event.insert("sequenceNumber".into(), Value::from(row.sequence));
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&canonical::to_string(&Value::Object(event)));
+        Ok(())
+    })?;
+    out.push(']');
+    if strict && !dropped.is_empty() {
+        let shown: Vec<String> = dropped
+            .iter()
+            .take(20)
+            .map(|(s, t)| format!("sequence {s} ({t})"))
+            .collect();
+        let more = if dropped.len() > 20 {
+            format!(" and {} more", dropped.len() - 20)
+        } else {
+            String::new()
+        };
+        return Err(WorldError::ReplayRefused {
+            run_id: stream_id.to_string(),
+            reason: format!(
+                "{} row(s) of a type this build does not know would be dropped, and a replay cannot skip what it does not understand: {}{more}; upgrade @little-workflow/world",
+                dropped.len(),
+                shown.join(", ")
+            ),
+            sequences: dropped.iter().map(|(s, _)| *s).collect(),
+        });
+    }
+    Ok(out)
+}
