@@ -56,6 +56,12 @@ export declare class NativeWorld {
   verify(runId?: string | undefined | null): Promise<string>
   /** The runs in the world with count, times, status and cost, as JSON. */
   runs(): Promise<string>
+  /**
+   * Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the
+   * table holds, per row, the sequence and where each piece of the row starts in its text
+   * (little-endian f64s).
+   */
+  listPacked(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null): Promise<Array<string | Buffer>>
   /** Stop accepting work; resolves once every queued append has committed. */
   close(): Promise<void>
 }

@@ -402,7 +402,11 @@ export interface ListEventsOptions {
   limit?: number;
 }
 
-/** A run's committed envelopes in sequence order, deep-frozen. */
+/**
+ * A run's committed envelopes in sequence order, deep-frozen. Each payload is decoded the first
+ * time it is read (then kept, deep-frozen): a listing of a large run costs little until its
+ * payloads are used.
+ */
 export async function listEvents(world: World, runId: string, opts?: ListEventsOptions): Promise<readonly EventEnvelope[]> {
   const handle = nativeOf(world);
   checkRunIdType(runId);
@@ -413,8 +417,64 @@ export async function listEvents(world: World, runId: string, opts?: ListEventsO
       invalid(name, 'must be a non-negative safe integer', runId);
     }
   }
-  const text = await call(() => handle.list(runId, o.afterSequence, o.limit));
-  return frozen<EventEnvelope[]>(text);
+  const parts = (await call(() => handle.listPacked(runId, o.afterSequence, o.limit))) as unknown as (string | Buffer)[];
+  if (parts.length === 2) return Object.freeze(unpack(runId, parts[0] as string, parts[1] as Buffer));
+  const all: EventEnvelope[] = [];
+  for (let i = 0; i < parts.length; i += 2) for (const e of unpack(runId, parts[i] as string, parts[i + 1] as Buffer)) all.push(e);
+  return Object.freeze(all);
+}
+
+/** Numbers per row of a packed listing (see src/core/events/packed.rs). */
+const PACKED_STRIDE = 8;
+
+/** Envelopes out of a packed listing: `table` holds per row the sequence and where each piece starts in `text`. */
+function unpack(runId: string, text: string, table: Buffer): EventEnvelope[] {
+  const t = new Float64Array(table.buffer, table.byteOffset, table.length / 8);
+  const n = t.length / PACKED_STRIDE;
+  const out = new Array<EventEnvelope>(n);
+  for (let r = 0; r < n; r++) {
+    const b = r * PACKED_STRIDE;
+    out[r] = lazyEnvelope(
+      runId,
+      t[b],
+      text.slice(t[b + 1], t[b + 2]),
+      text.slice(t[b + 2], t[b + 3]),
+      text.slice(t[b + 3], t[b + 4]),
+      text.slice(t[b + 4], t[b + 5]),
+      text.slice(t[b + 5], t[b + 6]),
+      text.slice(t[b + 6], t[b + 7]),
+    );
+  }
+  return out;
+}
+
+/** A frozen envelope whose payload is parsed and deep-frozen on first read. Keys in canonical order. */
+function lazyEnvelope(runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string, raw: string): EventEnvelope {
+  let payload: Record<string, unknown> | undefined;
+  if (key === '') {
+    return Object.freeze({
+      eventId,
+      get payload() {
+        return (payload ??= deepFreeze(JSON.parse(raw) as Record<string, unknown>));
+      },
+      recordedAt,
+      runId,
+      sequence,
+      type,
+    });
+  }
+  return Object.freeze({
+    appendIdempotencyKey: key,
+    canonicalRequestDigest: digest,
+    eventId,
+    get payload() {
+      return (payload ??= deepFreeze(JSON.parse(raw) as Record<string, unknown>));
+    },
+    recordedAt,
+    runId,
+    sequence,
+    type,
+  });
 }
 
 /**

@@ -9,7 +9,7 @@ use crate::core::artifacts::ArtifactStore;
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::shape;
-use crate::core::store::{LogReader, StoredEvent};
+use crate::core::store::{LogReader, RowRef};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -53,7 +53,7 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
     let mut referenced = BTreeSet::new();
     for stream in &streams {
         let mut expected = 1u64;
-        reader.rows(stream, 0, &mut |row| {
+        reader.rows(stream, 0, None, &mut |row| {
             events += 1;
             if row.sequence != expected {
                 problems.push(Problem {
@@ -65,7 +65,7 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
                 });
             }
             expected = row.sequence + 1;
-            check_row(&row, &mut problems, &mut referenced);
+            check_row(row, &mut problems, &mut referenced);
             Ok(())
         })?;
     }
@@ -111,33 +111,33 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
     })
 }
 
-fn check_row(row: &StoredEvent, problems: &mut Vec<Problem>, referenced: &mut BTreeSet<String>) {
+fn check_row(row: RowRef<'_>, problems: &mut Vec<Problem>, referenced: &mut BTreeSet<String>) {
     let mut report = |kind: &'static str, message: String| {
         problems.push(Problem {
             kind,
-            run_id: Some(row.run_id.clone()),
+            run_id: Some(row.run_id.to_string()),
             sequence: Some(row.sequence),
             artifact_id: None,
             message,
         })
     };
-    let value: Value = match canonical::parse(&row.envelope) {
+    let value: Value = match canonical::parse(row.envelope) {
         Ok(v) => v,
         Err(e) => return report("unreadable", format!("the stored envelope {e}")),
     };
     if canonical::to_string(&value) != row.envelope {
         report("not-canonical", "the stored envelope is not canonical JSON".into());
     }
-    let text = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_string);
+    let text = |k: &str| value.get(k).and_then(Value::as_str);
     let mismatched: Vec<&str> = [
-        ("runId", text("runId") != Some(row.run_id.clone())),
+        ("runId", text("runId") != Some(row.run_id)),
         (
             "sequence",
             value.get("sequence").and_then(Value::as_u64) != Some(row.sequence),
         ),
-        ("type", text("type") != Some(row.event_type.clone())),
-        ("eventId", text("eventId") != Some(row.event_id.clone())),
-        ("recordedAt", text("recordedAt") != Some(row.recorded_at.clone())),
+        ("type", text("type") != Some(row.event_type)),
+        ("eventId", text("eventId") != Some(row.event_id)),
+        ("recordedAt", text("recordedAt") != Some(row.recorded_at)),
         ("appendIdempotencyKey", text("appendIdempotencyKey") != row.key),
         ("canonicalRequestDigest", text("canonicalRequestDigest") != row.digest),
     ]
@@ -163,8 +163,8 @@ fn check_row(row: &StoredEvent, problems: &mut Vec<Problem>, referenced: &mut BT
     if let Some(payload) = value.get("payload") {
         collect_refs(payload, referenced);
         if let Some(map) = payload.as_object() {
-            let stream = crate::core::run_events::stored::stream_of(&row.run_id);
-            if let Err(e) = crate::core::run_events::parse_stored(stream, &row.event_type, map) {
+            let stream = crate::core::run_events::stored::stream_of(row.run_id);
+            if let Err(e) = crate::core::run_events::parse_stored(stream, row.event_type, map) {
                 report("run-event-body", e.to_string());
             }
         }

@@ -268,6 +268,26 @@ impl World {
         Ok(())
     }
 
+    /// Committed envelopes of `run_id` after `after` (at most `limit`), packed for JavaScript:
+    /// completes with `[text, table, text, table, ...]`, one pair per part (see [`events::packed`]).
+    pub fn list_packed(&self, ticket: Ticket, run_id: String, after: u64, limit: Option<u64>) -> Result<()> {
+        self.ensure_open()?;
+        ids::check_stream_id(&run_id)?;
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            let parts = events::packed::list_packed_parallel(&*reader, &run_id, after, limit)?;
+            Ok(Output::List(
+                parts
+                    .into_iter()
+                    .flat_map(|p| {
+                        let table: Vec<u8> = p.table.iter().flat_map(|f| f.to_le_bytes()).collect();
+                        [Output::Json(p.text), Output::Bytes(Arc::new(table))]
+                    })
+                    .collect(),
+            ))
+        })
+    }
+
     /// Committed envelopes of `run_id` after `after` (at most `limit`), as one JSON array text.
     pub fn list(&self, ticket: Ticket, run_id: String, after: u64, limit: Option<u64>) -> Result<()> {
         self.ensure_open()?;

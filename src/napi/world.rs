@@ -260,6 +260,24 @@ impl NativeWorld {
         self.submit(&env, |t| self.world.runs(t))
     }
 
+    /// Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the
+    /// table holds, per row, the sequence and where each piece of the row starts in its text
+    /// (little-endian f64s).
+    #[napi(ts_return_type = "Promise<Array<string | Buffer>>")]
+    pub fn list_packed(
+        &self,
+        env: Env,
+        run_id: String,
+        after_sequence: Option<f64>,
+        limit: Option<f64>,
+    ) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            let after = count_arg("afterSequence", after_sequence)?.unwrap_or(0);
+            let limit = count_arg("limit", limit)?;
+            self.world.list_packed(t, run_id, after, limit)
+        })
+    }
+
     /// Stop accepting work; resolves once every queued append has committed.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close(&self, env: Env) -> napi::Result<RawValue> {

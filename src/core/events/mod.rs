@@ -8,6 +8,7 @@
 //! envelope and inserts it. A rejected append writes nothing and consumes no sequence.
 
 pub mod known;
+pub mod packed;
 pub mod path;
 pub mod shape;
 

@@ -88,7 +88,7 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
         let after: serde_json::Value = serde_json::from_str(out[2].as_ref().unwrap()).unwrap();
         assert_eq!(after["sequence"], 7);
         let mut seqs = vec![];
-        r.rows("run_a", 0, &mut |row| {
+        r.rows("run_a", 0, None, &mut |row| {
             seqs.push(row.sequence);
             Ok(())
         })

@@ -32,29 +32,29 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
     };
     let mut out = String::from("[");
     let mut dropped: Vec<(u64, String)> = Vec::new();
-    reader.rows(stream_id, 0, &mut |row| {
+    reader.rows(stream_id, 0, None, &mut |row| {
         let corrupt = |reason: String| WorldError::EventLogCorrupt {
             run_id: Some(stream_id.to_string()),
             sequence: Some(row.sequence),
             reason,
         };
-        if !is_known_type(&row.event_type) {
-            dropped.push((row.sequence, row.event_type.clone()));
+        if !is_known_type(row.event_type) {
+            dropped.push((row.sequence, row.event_type.to_string()));
             return Ok(());
         }
-        let envelope: Value = serde_json::from_str(&row.envelope)
+        let envelope: Value = serde_json::from_str(row.envelope)
             .map_err(|e| corrupt(format!("the stored envelope does not parse: {e}")))?;
         let Some(Value::Object(payload)) = envelope.get("payload") else {
             return Err(corrupt("the stored envelope has no payload object".into()));
         };
-        parse_stored(stream, &row.event_type, payload).map_err(|e| match e {
+        parse_stored(stream, row.event_type, payload).map_err(|e| match e {
             WorldError::EventLogCorrupt { reason, .. } => corrupt(reason),
             other => other,
         })?;
         let mut event: Map<String, Value> = payload.clone();
-        event.insert("type".into(), Value::String(row.event_type.clone()));
+        event.insert("type".into(), Value::String(row.event_type.to_string()));
         event.insert(id_key.into(), Value::String(stream_id.to_string()));
-        event.insert("timestamp".into(), Value::String(row.recorded_at.clone()));
+        event.insert("timestamp".into(), Value::String(row.recorded_at.to_string()));
         event.insert("sequenceNumber".into(), Value::from(row.sequence));
         if out.len() > 1 {
             out.push(',');

@@ -3,7 +3,7 @@
 //! A transaction holds the store's lock from begin to commit and stages its rows, so readers only
 //! ever see committed rows, and a savepoint is a mark in the staged list.
 
-use super::{KeyedEvent, LogReader, LogTx, LogWriter, NewEvent, StoredEvent, StreamSummary};
+use super::{KeyedEvent, LogReader, LogTx, LogWriter, NewEvent, RowRef, StoredEvent, StreamSummary};
 use crate::core::error::{Result, WorldError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -178,14 +178,21 @@ impl LogReader for MemoryLog {
         Ok(())
     }
 
-    fn rows(&self, run_id: &str, after: u64, sink: &mut dyn FnMut(StoredEvent) -> Result<()>) -> Result<()> {
+    fn rows(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
+    ) -> Result<()> {
         let streams = self.lock();
         let Some(stream) = streams.get(run_id) else {
             return Ok(());
         };
         let start = (after.min(stream.rows.len() as u64)) as usize;
-        for row in &stream.rows[start..] {
-            sink(row.clone())?;
+        let take = limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize);
+        for row in stream.rows[start..].iter().take(take) {
+            sink(row.as_ref())?;
         }
         Ok(())
     }

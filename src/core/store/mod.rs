@@ -47,6 +47,35 @@ pub struct StoredEvent {
     pub envelope: String,
 }
 
+/// A stored row, borrowed from the store while a read visits it.
+#[derive(Debug, Clone, Copy)]
+pub struct RowRef<'a> {
+    pub run_id: &'a str,
+    pub sequence: u64,
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub key: Option<&'a str>,
+    pub digest: Option<&'a str>,
+    pub recorded_at: &'a str,
+    pub envelope: &'a str,
+}
+
+impl StoredEvent {
+    /// This row, borrowed.
+    pub fn as_ref(&self) -> RowRef<'_> {
+        RowRef {
+            run_id: &self.run_id,
+            sequence: self.sequence,
+            event_id: &self.event_id,
+            event_type: &self.event_type,
+            key: self.key.as_deref(),
+            digest: self.digest.as_deref(),
+            recorded_at: &self.recorded_at,
+            envelope: &self.envelope,
+        }
+    }
+}
+
 /// One stream (run or session) in the store.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -94,8 +123,14 @@ pub trait LogReader: Send + Sync {
         limit: Option<u64>,
         sink: &mut dyn FnMut(&str) -> Result<()>,
     ) -> Result<()>;
-    /// Call `sink` with each full row of `run_id` after `after`, in sequence order.
-    fn rows(&self, run_id: &str, after: u64, sink: &mut dyn FnMut(StoredEvent) -> Result<()>) -> Result<()>;
+    /// Call `sink` with each full row of `run_id` after `after`, in sequence order, at most `limit`.
+    fn rows(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
+    ) -> Result<()>;
     /// Every stream in the store, ordered by id.
     fn streams(&self) -> Result<Vec<StreamSummary>>;
     /// The highest committed sequence of `run_id`, 0 when it has none.

@@ -52,32 +52,29 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
-fn pragma_i32(conn: &Connection, name: &str) -> Result<i32> {
-    conn.pragma_query_value(None, name, |r| r.get(0))
-        .map_err(|e| WorldError::sqlite(format!("reading PRAGMA {name}"), e))
-}
-
 /// Check that `conn` is a world, or an empty database, that this build can open; returns its
 /// schema version. Reads only, so a foreign database is never touched.
 pub fn check(conn: &Connection, db_path: &str) -> Result<i32> {
-    let app_id = pragma_i32(conn, "application_id")?;
-    let version = pragma_i32(conn, "user_version")?;
+    // One statement, so one snapshot: another process may be migrating this very file, and
+    // reading its application id before and its tables after that commit would look foreign.
+    let (app_id, version, tables): (i32, i32, i64) = conn
+        .query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id),
+                    (SELECT user_version FROM pragma_user_version),
+                    (SELECT count(*) FROM sqlite_schema WHERE type = 'table')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .map_err(|e| WorldError::sqlite("reading the schema", e))?;
     if app_id != 0 && app_id != APPLICATION_ID {
         return Err(WorldError::Path {
             message: format!("{db_path} is not a little-workflow world (application_id {app_id:#x})"),
         });
     }
-    if app_id == 0 {
-        let tables: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| {
-                r.get(0)
-            })
-            .map_err(|e| WorldError::sqlite("reading the schema", e))?;
-        if tables > 0 && version == 0 {
-            return Err(WorldError::Path {
-                message: format!("{db_path} is a SQLite database of another application, not a little-workflow world"),
-            });
-        }
+    if app_id == 0 && tables > 0 && version == 0 {
+        return Err(WorldError::Path {
+            message: format!("{db_path} is a SQLite database of another application, not a little-workflow world"),
+        });
     }
     if version > SCHEMA_VERSION {
         return Err(WorldError::Path {
@@ -117,6 +114,11 @@ pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pragma_i32(conn: &Connection, name: &str) -> Result<i32> {
+        conn.pragma_query_value(None, name, |r| r.get(0))
+            .map_err(|e| WorldError::sqlite(format!("reading PRAGMA {name}"), e))
+    }
 
     #[test]
     fn migrates_a_fresh_database_once() {
