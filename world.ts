@@ -378,20 +378,34 @@ function invalid(path: string, message: string, runId?: string): never {
  * is committed (as durably as the world's `durability` says). A rejected append writes nothing
  * and consumes no sequence number.
  */
-export async function appendEvent(world: World, runId: string, input: AppendEventInput): Promise<EventEnvelope> {
-  const handle = nativeOf(world);
-  checkRunIdType(runId);
-  if (!isPlainRecord(input)) invalid('input', 'must be an object with type and payload', runId);
-  const { type, payload, appendIdempotencyKey } = input;
-  if (typeof type !== 'string') invalid('type', 'must be a string', runId);
-  if (appendIdempotencyKey !== undefined && typeof appendIdempotencyKey !== 'string') {
-    invalid('appendIdempotencyKey', 'must be a string', runId);
+export function appendEvent(world: World, runId: string, input: AppendEventInput): Promise<EventEnvelope> {
+  // Not an async function: an append is on every hot path, and each promise layer costs a
+  // microtask. Errors found here still reject the returned promise; nothing is thrown.
+  let pending: Promise<string>;
+  try {
+    const handle = nativeOf(world);
+    checkRunIdType(runId);
+    if (!isPlainRecord(input)) invalid('input', 'must be an object with type and payload', runId);
+    const { type, payload, appendIdempotencyKey } = input;
+    if (typeof type !== 'string') invalid('type', 'must be a string', runId);
+    if (appendIdempotencyKey !== undefined && typeof appendIdempotencyKey !== 'string') {
+      invalid('appendIdempotencyKey', 'must be a string', runId);
+    }
+    if (!isPlainRecord(payload)) invalid('payload', 'must be an object', runId);
+    const payloadJson = toJsonText(payload, 'payload', runId);
+    pending = handle.append(runId, type, payloadJson, appendIdempotencyKey);
+  } catch (err) {
+    return Promise.reject(fromNative(err));
   }
-  if (!isPlainRecord(payload)) invalid('payload', 'must be an object', runId);
-  const payloadJson = toJsonText(payload, 'payload', runId);
-  const text = await call(() => handle.append(runId, type, payloadJson, appendIdempotencyKey));
-  wakeSubscribers(world);
-  return frozen<EventEnvelope>(text);
+  return pending.then(
+    (text) => {
+      wakeSubscribers(world);
+      return frozen<EventEnvelope>(text);
+    },
+    (err: unknown) => {
+      throw fromNative(err);
+    },
+  );
 }
 
 /** Options of {@link listEvents}. */

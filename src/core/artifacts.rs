@@ -357,9 +357,8 @@ impl ArtifactStore {
                         reason: format!("sizeBytes is {} but the blob holds {len} bytes", manifest.size_bytes),
                     });
                 }
-                // Read straight into the buffer that goes to JavaScript, then hash it in one pass.
                 let mut bytes = vec![0u8; len as usize];
-                file.read_exact(&mut bytes)
+                let digest = read_hashed(&mut file, &mut bytes)
                     .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?;
                 if file
                     .read(&mut [0u8; 1])
@@ -371,8 +370,7 @@ impl ArtifactStore {
                         reason: "the blob grew while it was read".into(),
                     });
                 }
-                let hasher = Sha256::new_with_prefix(&bytes);
-                let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+                let actual = format!("sha256:{}", hex::encode(digest));
                 if actual != manifest.sha256 {
                     return Err(WorldError::ArtifactHashMismatch {
                         artifact_id: id.to_string(),
@@ -551,6 +549,40 @@ fn write_hashed(path: &Path, bytes: &[u8]) -> Result<(String, u64)> {
     }
     file.sync_all().map_err(io)?;
     Ok((format!("sha256:{}", hex::encode(hasher.finalize())), bytes.len() as u64))
+}
+
+/// Blobs this large are read on one thread while hashed on another.
+const OVERLAP_READ_AT: usize = 4 * CHUNK;
+
+/// Fill `buf` from `file` and return the sha256 of what was read. A large blob is read in chunks
+/// by a second thread while this one hashes the chunks already read, so a verified read costs
+/// little more than the hash itself.
+fn read_hashed(file: &mut File, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
+    let mut hasher = Sha256::new();
+    if buf.len() < OVERLAP_READ_AT {
+        file.read_exact(buf)?;
+        hasher.update(&*buf);
+        return Ok(hasher.finalize().into());
+    }
+    std::thread::scope(|scope| {
+        let (tx, rx) = crossbeam_channel::bounded::<&mut [u8]>(4);
+        let reader = scope.spawn(move || -> std::io::Result<()> {
+            for chunk in buf.chunks_mut(CHUNK) {
+                file.read_exact(chunk)?;
+                if tx.send(chunk).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        for chunk in rx {
+            hasher.update(&*chunk);
+        }
+        reader
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the blob reader thread panicked")))
+    })?;
+    Ok(hasher.finalize().into())
 }
 
 /// Write a small file and fsync it.

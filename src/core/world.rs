@@ -66,6 +66,8 @@ struct Submit {
     write: Sender<WriteMsg>,
     /// Appends sent to the prep thread and not yet passed on by it.
     prep_pending: Arc<AtomicUsize>,
+    /// Appends submitted and not yet settled (by the writer, or by the prep thread's refusal).
+    unsettled: Arc<AtomicUsize>,
 }
 
 enum PrepMsg {
@@ -172,19 +174,22 @@ impl World {
         let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
         let (write_tx, write_rx) = unbounded::<WriteMsg>();
         let prep_pending = Arc::new(AtomicUsize::new(0));
+        let unsettled = Arc::new(AtomicUsize::new(0));
         {
             let completer = completer.clone();
             let artifacts = artifacts.clone();
             let write_tx = write_tx.clone();
             let pending = prep_pending.clone();
+            let unsettled = unsettled.clone();
             spawn("little-world-prep", move || {
-                prep_loop(prep_rx, write_tx, &artifacts, &*completer, &pending)
+                prep_loop(prep_rx, write_tx, &artifacts, &*completer, &pending, &unsettled)
             });
         }
         {
             let completer = completer.clone();
+            let unsettled = unsettled.clone();
             spawn("little-world-writer", move || {
-                writer_loop(write_rx, writer, &*completer)
+                writer_loop(write_rx, writer, &*completer, &unsettled)
             });
         }
         World {
@@ -196,6 +201,7 @@ impl World {
                     prep: prep_tx,
                     write: write_tx,
                     prep_pending,
+                    unsettled,
                 })),
                 reader,
                 artifacts,
@@ -253,16 +259,22 @@ impl World {
         let Some(submit) = guard.as_ref() else {
             return Err(WorldError::Closed);
         };
-        if req.payload_json.len() <= INLINE_PREP_MAX && submit.prep_pending.load(Ordering::Acquire) == 0 {
+        // With nothing in flight, preparing here saves a thread hop on the one append a caller is
+        // waiting for. With appends in flight, the prep thread works beside the caller instead.
+        if req.payload_json.len() <= INLINE_PREP_MAX && submit.unsettled.load(Ordering::Acquire) == 0 {
             let prepared = events::prepare(req, &*self.inner.artifacts)?;
-            return submit
-                .write
-                .send(WriteMsg::Append(ticket, prepared))
-                .map_err(|_| WorldError::Closed);
+            submit.unsettled.fetch_add(1, Ordering::AcqRel);
+            if submit.write.send(WriteMsg::Append(ticket, prepared)).is_err() {
+                submit.unsettled.fetch_sub(1, Ordering::AcqRel);
+                return Err(WorldError::Closed);
+            }
+            return Ok(());
         }
+        submit.unsettled.fetch_add(1, Ordering::AcqRel);
         submit.prep_pending.fetch_add(1, Ordering::AcqRel);
         if submit.prep.send(PrepMsg::Append(ticket, req)).is_err() {
             submit.prep_pending.fetch_sub(1, Ordering::AcqRel);
+            submit.unsettled.fetch_sub(1, Ordering::AcqRel);
             return Err(WorldError::Closed);
         }
         Ok(())
@@ -502,6 +514,7 @@ fn prep_loop(
     artifacts: &ArtifactStore,
     completer: &dyn Completer,
     pending: &AtomicUsize,
+    unsettled: &AtomicUsize,
 ) {
     while let Ok(msg) = rx.recv() {
         match msg {
@@ -513,7 +526,10 @@ fn prep_loop(
                     Ok(p) => {
                         let _ = tx.send(WriteMsg::Append(ticket, p));
                     }
-                    Err(e) => completer.complete(vec![(ticket, Err(e))]),
+                    Err(e) => {
+                        unsettled.fetch_sub(1, Ordering::AcqRel);
+                        completer.complete(vec![(ticket, Err(e))]);
+                    }
                 }
                 // Only now, with the append passed on, may the caller send straight to the writer.
                 pending.fetch_sub(1, Ordering::AcqRel);
@@ -526,7 +542,12 @@ fn prep_loop(
     }
 }
 
-fn writer_loop(rx: Receiver<WriteMsg>, mut writer: Box<dyn LogWriter>, completer: &dyn Completer) {
+fn writer_loop(
+    rx: Receiver<WriteMsg>,
+    mut writer: Box<dyn LogWriter>,
+    completer: &dyn Completer,
+    unsettled: &AtomicUsize,
+) {
     let mut tickets: Vec<Ticket> = Vec::new();
     let mut batch: Vec<PreparedAppend> = Vec::new();
     loop {
@@ -564,6 +585,7 @@ fn writer_loop(rx: Receiver<WriteMsg>, mut writer: Box<dyn LogWriter>, completer
                 .drain(..)
                 .zip(outcomes.into_iter().map(|o| o.map(Output::Json)))
                 .collect();
+            unsettled.fetch_sub(batch.len(), Ordering::AcqRel);
             batch.clear();
             completer.complete(done);
         }

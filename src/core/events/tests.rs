@@ -260,3 +260,31 @@ fn shape_check_finds_holes_and_tampering() {
     assert_eq!(err.code(), "EVENT_LOG_CORRUPT");
     assert!(err.to_string().contains("sequence 2"), "{err}");
 }
+
+#[test]
+#[ignore]
+fn bench_commit_batch_tmp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, _r) = sqlite::open(dir.path(), Durability::Normal).unwrap();
+    let payload = json!({"stepPath": "step/1", "attempt": 1, "note": "n".repeat(220), "i": 5});
+    let t0 = std::time::Instant::now();
+    let mut prep_time = std::time::Duration::ZERO;
+    for b in 0..1000 {
+        let tp = std::time::Instant::now();
+        let batch: Vec<PreparedAppend> = (0..64)
+            .map(|r| prep(req(&format!("run_b{r}"), "StepStarted", payload.clone(), None)).unwrap())
+            .collect();
+        prep_time += tp.elapsed();
+        let out = commit_batch(&mut w, &batch, "2026-01-01T00:00:00.000Z");
+        assert!(out.iter().all(|o| o.is_ok()), "batch {b}");
+    }
+    let total = t0.elapsed();
+    println!(
+        "64k appends: total {:?}, prep {:?}, commit {:?} => commit {:.2} us/append, prep {:.2} us/append",
+        total,
+        prep_time,
+        total - prep_time,
+        (total - prep_time).as_secs_f64() * 1e6 / 64000.0,
+        prep_time.as_secs_f64() * 1e6 / 64000.0
+    );
+}

@@ -9,6 +9,7 @@ use super::schema;
 use super::{KeyedEvent, LogReader, LogTx, LogWriter, NewEvent, RowRef, StreamSummary};
 use crate::core::error::{Result, WorldError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -55,10 +56,32 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
         path: path.clone(),
         pool: Mutex::new(Vec::new()),
     };
-    Ok((SqliteWriter { conn }, reader))
+    Ok((
+        SqliteWriter {
+            conn,
+            tails: HashMap::new(),
+            data_version: None,
+        },
+        reader,
+    ))
+}
+
+/// Process-wide SQLite settings, applied once before the first connection: no memory statistics,
+/// which would otherwise take a global mutex on every allocation.
+fn configure_sqlite_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: sqlite3_config is called before this process opens its first connection through
+        // this copy of SQLite; if SQLite were already initialized it returns SQLITE_MISUSE and
+        // changes nothing, which is harmless.
+        unsafe {
+            rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as std::ffi::c_int);
+        }
+    });
 }
 
 fn connect(path: &Path) -> Result<Connection> {
+    configure_sqlite_once();
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| WorldError::sqlite(format!("opening {}", path.display()), e))?;
@@ -70,24 +93,74 @@ fn connect(path: &Path) -> Result<Connection> {
 /// The writer's connection.
 pub struct SqliteWriter {
     conn: Connection,
+    /// What this writer knows of each run's tail: the last sequence, and the run's terminal event.
+    /// Valid only while no other connection has committed since this writer's last commit, which
+    /// `PRAGMA data_version` tells at the start of each transaction; otherwise it is cleared.
+    tails: HashMap<String, Tail>,
+    data_version: Option<i64>,
+}
+
+/// A run's last sequence and the sequence of its terminal event, if it has one.
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    last: u64,
+    ended: Option<u64>,
+}
+
+/// Most runs whose tails the writer remembers; past this it starts over.
+const MAX_TAILS: usize = 100_000;
+
+impl SqliteWriter {
+    fn exec(&self, sql: &str, what: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(|_| ())
+            .map_err(|e| WorldError::sqlite(what.to_string(), e))
+    }
+
+    fn data_version(&self) -> Result<i64> {
+        self.conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| WorldError::sqlite("reading PRAGMA data_version", e))
+    }
 }
 
 impl LogWriter for SqliteWriter {
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
-        self.conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| WorldError::sqlite("beginning a write transaction", e))?;
-        let mut tx = SqliteTx { conn: &self.conn };
-        match body(&mut tx) {
-            Ok(()) => match self.conn.execute_batch("COMMIT") {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    let _ = self.conn.execute_batch("ROLLBACK");
-                    Err(WorldError::sqlite("committing appends", e))
-                }
-            },
+        self.exec("BEGIN IMMEDIATE", "beginning a write transaction")?;
+        let version = match self.data_version() {
+            Ok(v) => v,
             Err(e) => {
-                let _ = self.conn.execute_batch("ROLLBACK");
+                let _ = self.exec("ROLLBACK", "rolling back");
+                return Err(e);
+            }
+        };
+        if self.data_version != Some(version) || self.tails.len() > MAX_TAILS {
+            self.tails.clear();
+        }
+        let mut tx = SqliteTx {
+            conn: &self.conn,
+            tails: &self.tails,
+            staged: Vec::new(),
+            mark: 0,
+        };
+        let result = body(&mut tx);
+        let staged = std::mem::take(&mut tx.staged);
+        match result.and_then(|()| self.exec("COMMIT", "committing appends")) {
+            Ok(()) => {
+                for (run, tail) in staged {
+                    self.tails.insert(run, tail);
+                }
+                // Our own commits do not move our data_version; another connection's do.
+                self.data_version = Some(version);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.exec("ROLLBACK", "rolling back");
+                self.tails.clear();
+                self.data_version = None;
                 Err(e)
             }
         }
@@ -96,6 +169,11 @@ impl LogWriter for SqliteWriter {
 
 struct SqliteTx<'c> {
     conn: &'c Connection,
+    tails: &'c HashMap<String, Tail>,
+    /// Tails written by this transaction, in order; the latest entry for a run wins.
+    staged: Vec<(String, Tail)>,
+    /// `staged.len()` at the open savepoint.
+    mark: usize,
 }
 
 impl SqliteTx<'_> {
@@ -106,11 +184,25 @@ impl SqliteTx<'_> {
             .map(|_| ())
             .map_err(|e| WorldError::sqlite(what.to_string(), e))
     }
+
+    /// The tail of `run_id`: staged by this transaction, remembered, or read.
+    fn tail(&self, run_id: &str) -> Result<Tail> {
+        if let Some((_, t)) = self.staged.iter().rev().find(|(r, _)| r == run_id) {
+            return Ok(*t);
+        }
+        if let Some(t) = self.tails.get(run_id) {
+            return Ok(*t);
+        }
+        Ok(Tail {
+            last: last_sequence(self.conn, run_id)?,
+            ended: terminal(self.conn, run_id, "")?,
+        })
+    }
 }
 
 impl LogTx for SqliteTx<'_> {
     fn last_sequence(&mut self, run_id: &str) -> Result<u64> {
-        last_sequence(self.conn, run_id)
+        self.tail(run_id).map(|t| t.last)
     }
 
     fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
@@ -132,6 +224,7 @@ impl LogTx for SqliteTx<'_> {
     }
 
     fn insert(&mut self, row: &NewEvent<'_>) -> Result<()> {
+        let tail = self.tail(row.run_id)?;
         self.conn
             .prepare_cached(
                 "INSERT INTO events (run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope)
@@ -149,7 +242,6 @@ impl LogTx for SqliteTx<'_> {
                     row.envelope
                 ])
             })
-            .map(|_| ())
             .map_err(|e| match &e {
                 rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
                     WorldError::RuntimeIntegrity {
@@ -160,26 +252,44 @@ impl LogTx for SqliteTx<'_> {
                     }
                 }
                 _ => WorldError::sqlite("inserting an event", e),
-            })
+            })?;
+        self.staged.push((
+            row.run_id.to_string(),
+            Tail {
+                last: row.sequence,
+                ..tail
+            },
+        ));
+        Ok(())
     }
 
     fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>> {
-        self.conn
-            .prepare_cached("SELECT sequence FROM terminals WHERE run_id = ?1 AND node_id = ?2")
-            .and_then(|mut s| s.query_row(params![run_id, node], |r| r.get::<_, i64>(0)).optional())
-            .map(|v| v.map(|s| s as u64))
-            .map_err(|e| WorldError::sqlite("looking up a terminal event", e))
+        if node.is_empty() {
+            return self.tail(run_id).map(|t| t.ended);
+        }
+        terminal(self.conn, run_id, node)
     }
 
     fn insert_terminal(&mut self, run_id: &str, node: &str, sequence: u64, event_type: &str) -> Result<()> {
+        let tail = self.tail(run_id)?;
         self.conn
             .prepare_cached("INSERT INTO terminals (run_id, node_id, sequence, type) VALUES (?1, ?2, ?3, ?4)")
             .and_then(|mut s| s.execute(params![run_id, node, sequence as i64, event_type]))
-            .map(|_| ())
-            .map_err(|e| WorldError::sqlite("recording a terminal event", e))
+            .map_err(|e| WorldError::sqlite("recording a terminal event", e))?;
+        if node.is_empty() {
+            self.staged.push((
+                run_id.to_string(),
+                Tail {
+                    ended: Some(sequence),
+                    ..tail
+                },
+            ));
+        }
+        Ok(())
     }
 
     fn savepoint(&mut self) -> Result<()> {
+        self.mark = self.staged.len();
         self.exec("SAVEPOINT append", "opening a savepoint")
     }
 
@@ -188,9 +298,17 @@ impl LogTx for SqliteTx<'_> {
     }
 
     fn rollback_to(&mut self) -> Result<()> {
+        self.staged.truncate(self.mark);
         self.exec("ROLLBACK TO append", "rolling back a savepoint")?;
         self.exec("RELEASE append", "releasing a savepoint")
     }
+}
+
+fn terminal(conn: &Connection, run_id: &str, node: &str) -> Result<Option<u64>> {
+    conn.prepare_cached("SELECT sequence FROM terminals WHERE run_id = ?1 AND node_id = ?2")
+        .and_then(|mut s| s.query_row(params![run_id, node], |r| r.get::<_, i64>(0)).optional())
+        .map(|v| v.map(|s| s as u64))
+        .map_err(|e| WorldError::sqlite("looking up a terminal event", e))
 }
 
 fn last_sequence(conn: &Connection, run_id: &str) -> Result<u64> {

@@ -116,16 +116,19 @@ fn virtual_world_keeps_the_same_rules() {
     let (c, rx) = channel();
     let world = World::open_virtual(Pricing::default(), c);
     world.append(1, append("run_v", 1)).unwrap();
-    // A small payload is prepared on the caller's thread: its validation error returns at once.
-    let invalid = AppendRequest {
+    assert_eq!(json_of(wait_all(&rx, 1).remove(0).1)["sequence"], 1);
+    // With nothing in flight, a small payload is prepared on the caller's thread: its
+    // validation error returns at once.
+    let invalid = || AppendRequest {
         run_id: "run_v".into(),
         event_type: "StepStarted".into(),
         payload_json: "{}".into(),
         key: None,
         draft: None,
     };
-    assert_eq!(world.append(2, invalid).unwrap_err().code(), "EVENT_VALIDATION");
-    // A large one goes through the prep thread; its error arrives through the completer.
+    assert_eq!(world.append(2, invalid()).unwrap_err().code(), "EVENT_VALIDATION");
+    // Too large to prepare here, the append goes through the prep thread: its error arrives
+    // through the completer, and the refused appends consume no sequence.
     let large_invalid = AppendRequest {
         run_id: "run_v".into(),
         event_type: "StepStarted".into(),
@@ -134,15 +137,16 @@ fn virtual_world_keeps_the_same_rules() {
         draft: None,
     };
     world.append(5, large_invalid).unwrap();
+    world.append(6, invalid()).unwrap();
     world.append(3, append("run_v", 3)).unwrap();
     let mut done = wait_all(&rx, 3);
     done.sort_by_key(|(t, _)| *t);
-    assert_eq!(json_of(done.remove(0).1)["sequence"], 1);
     assert_eq!(
         json_of(done.remove(0).1)["sequence"],
         2,
-        "the rejected appends consumed no sequence"
+        "the refused appends consumed no sequence"
     );
+    assert_eq!(done.remove(0).1.unwrap_err().code(), "EVENT_VALIDATION");
     assert_eq!(done.remove(0).1.unwrap_err().code(), "EVENT_VALIDATION");
     assert_eq!(world.append(4, append("bad id", 0)).unwrap_err().code(), "WORLD_PATH");
 }
