@@ -400,7 +400,7 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
   return pending.then(
     (text) => {
       wakeSubscribers(world);
-      return frozen<EventEnvelope>(text);
+      return envelopeFromText(text);
     },
     (err: unknown) => {
       throw fromNative(err);
@@ -436,6 +436,25 @@ export async function listEvents(world: World, runId: string, opts?: ListEventsO
   const all: EventEnvelope[] = [];
   for (let i = 0; i < parts.length; i += 2) for (const e of unpack(runId, parts[i] as string, parts[i + 1] as Buffer)) all.push(e);
   return Object.freeze(all);
+}
+
+/** Envelopes at least this long (in UTF-16 units) come back from an append with a lazy payload. */
+const LAZY_ENVELOPE_MIN = 4096;
+
+/**
+ * A frozen envelope from its canonical JSON, with the payload decoded on first read. The envelope
+ * is `{…,"eventId":…,"payload":<payload>,"recordedAt":…}`: the keys before the payload hold
+ * strings (which cannot contain an unescaped `"payload":`), and `,"recordedAt":` after it is the
+ * last of its kind. Only the small rest is parsed now; a large payload costs nothing until read.
+ */
+function envelopeFromText(text: string): EventEnvelope {
+  // A small envelope is cheaper to parse whole than to build lazily.
+  if (text.length < LAZY_ENVELOPE_MIN) return frozen<EventEnvelope>(text);
+  const start = text.indexOf('"payload":');
+  const end = text.lastIndexOf(',"recordedAt":');
+  if (start < 0 || end < start) return frozen<EventEnvelope>(text);
+  const meta = JSON.parse(`${text.slice(0, start)}"payload":0${text.slice(end)}`) as Record<string, string> & { sequence: number };
+  return lazyEnvelope(meta.runId, meta.sequence, meta.eventId, meta.recordedAt, meta.type, meta.appendIdempotencyKey ?? '', meta.canonicalRequestDigest ?? '', text.slice(start + 10, end));
 }
 
 /** Numbers per row of a packed listing (see src/core/events/packed.rs). */

@@ -5,7 +5,7 @@
 //   node bench/run.mjs [--rounds N] [--only a,b,...]
 //
 // (a) 1 run, 10,000 appends awaited one by one, 300-byte payloads
-// (b) 64 runs x 1,000 appends at once          (c) 1,000 appends of 64 KiB payloads
+// (b) 64 runs x 1,000 appends at once          (c) 1,000 appends of 64 KiB payloads, issued at once
 // (d) listEvents of a 100,000-event run        (e) materializeRunState of a 100,000-event run
 // (f) readArtifact of 16 MiB
 // Each at durability full and normal. Every measurement runs in a fresh child process.
@@ -28,7 +28,7 @@ const work = mkdtempSync(join(tmpdir(), 'little-bench-'));
 const NAMES = {
   a: '(a) 1 run, 10k appends awaited',
   b: '(b) 64 runs x 1k appends at once',
-  c: '(c) 1k appends of 64 KiB',
+  c: '(c) 1k appends of 64 KiB at once',
   d: '(d) listEvents, 100k events',
   e: '(e) materializeRunState, 100k events',
   f: '(f) readArtifact, 16 MiB',

@@ -47,24 +47,28 @@ pub fn parse(text: &str) -> Result<Value, ParseError> {
     Ok(value)
 }
 
-/// Maximum bracket nesting of a JSON text, ignoring brackets inside strings.
+/// Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Inside a string it
+/// jumps from quote or backslash to the next with `memchr`, so long strings cost little.
 fn nesting_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // Find the closing quote, stepping over escapes.
+                i += 1;
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                        None => return max, // unterminated: the parser will say so
+                        Some(j) if bytes[i + j] == b'\\' => i += j + 2,
+                        Some(j) => {
+                            i += j + 1;
+                            break;
+                        }
+                    }
+                }
+                continue;
             }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 max = max.max(depth);
@@ -72,6 +76,7 @@ fn nesting_depth(bytes: &[u8]) -> usize {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
     max
 }
@@ -163,11 +168,10 @@ pub fn write_f64(f: f64, out: &mut Vec<u8>) {
 /// \r " \\`, `\u00xx` (lower-case hex) for the other control characters, everything else as is.
 pub fn write_str(s: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let needs_escape = |b: &u8| *b < 0x20 || *b == b'"' || *b == b'\\';
     out.push(b'"');
     let mut rest = s.as_bytes();
     // Copy the runs that need no escape whole; most strings are one such run.
-    while let Some(i) = rest.iter().position(needs_escape) {
+    while let Some(i) = first_escape(rest) {
         out.extend_from_slice(&rest[..i]);
         let b = rest[i];
         match b {
@@ -184,6 +188,33 @@ pub fn write_str(s: &str, out: &mut Vec<u8>) {
     }
     out.extend_from_slice(rest);
     out.push(b'"');
+}
+
+/// The index of the first byte that needs escaping in a JSON string (a control character, `"`
+/// or `\\`), testing eight bytes at a time.
+fn first_escape(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in &mut chunks {
+        let x = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        // A byte below 0x20 has its top three bits clear; a quote or backslash XORs to zero.
+        let control = has_zero(x & (0xE0 * ONES));
+        let quote = has_zero(x ^ (b'"' as u64 * ONES));
+        let backslash = has_zero(x ^ (b'\\' as u64 * ONES));
+        if control | quote | backslash != 0 {
+            let at = chunk.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            return at.map(|p| offset + p);
+        }
+        offset += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
+        .map(|p| offset + p)
 }
 
 /// The canonical JSON of a string value (with quotes).
@@ -273,6 +304,27 @@ mod tests {
     }
 
     #[test]
+    fn finds_the_first_byte_to_escape() {
+        for (s, want) in [
+            ("", None),
+            ("abcdefgh", None),
+            ("abcdefghi\"", Some(9)),
+            ("\u{1}", Some(0)),
+            ("é\\x", Some(2)),
+            ("0123456789\n", Some(10)),
+        ] {
+            assert_eq!(first_escape(s.as_bytes()), want, "{s:?}");
+        }
+        // Every position of a long string, and bytes at or above 0x80 never count.
+        for at in 0..40 {
+            let mut v = vec![b'a'; 40];
+            v[at] = 0x1f;
+            assert_eq!(first_escape(&v), Some(at));
+        }
+        assert_eq!(first_escape("ÿÿÿÿÿÿÿÿ€€€".as_bytes()), None);
+    }
+
+    #[test]
     fn depth_is_bounded() {
         let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
         assert!(parse(&ok).is_ok());
@@ -281,6 +333,8 @@ mod tests {
         // Brackets inside strings do not count.
         let s = format!("[\"{}\"]", "[".repeat(5000));
         assert!(parse(&s).is_ok());
+        let escaped = format!("[\"\\\"{}\\\\\"]", "{".repeat(5000));
+        assert!(parse(&escaped).is_ok(), "escaped quotes do not end a string");
     }
 
     #[test]
