@@ -551,7 +551,10 @@ fn writer_loop(
     let mut tickets: Vec<Ticket> = Vec::new();
     let mut batch: Vec<PreparedAppend> = Vec::new();
     loop {
-        let first = match next_message(&rx) {
+        // Spin only when nothing is in flight: the next append is then one a caller is awaiting
+        // alone. Under load, the prep and JavaScript threads need the cores more.
+        let spin = unsettled.load(Ordering::Acquire) == 0;
+        let first = match next_message(&rx, spin) {
             Some(m) => m,
             None => return,
         };
@@ -597,8 +600,12 @@ fn writer_loop(
     }
 }
 
-/// The next message for the writer: looked for briefly without sleeping, then waited for.
-fn next_message(rx: &Receiver<WriteMsg>) -> Option<WriteMsg> {
+/// The next message for the writer: looked for briefly without sleeping (when `spin`), then
+/// waited for.
+fn next_message(rx: &Receiver<WriteMsg>, spin: bool) -> Option<WriteMsg> {
+    if !spin {
+        return rx.recv().ok();
+    }
     let until = std::time::Instant::now() + WRITER_SPIN;
     loop {
         match rx.try_recv() {

@@ -16,6 +16,9 @@ use napi_derive::napi;
 use std::path::Path;
 use std::sync::Arc;
 
+/// How long the JavaScript thread may wait in place for a lone append (see `submit_append`).
+const WAIT_IN_PLACE: std::time::Duration = std::time::Duration::from_micros(250);
+
 /// An open world. Every asynchronous method returns a promise that one of the world's own
 /// threads settles; none of them runs on the libuv pool.
 #[napi]
@@ -107,6 +110,32 @@ impl NativeWorld {
         Ok(RawValue(promise))
     }
 
+    /// [`Self::submit`] for an append: when it is the only operation in flight, wait for it here
+    /// for up to [`WAIT_IN_PLACE`] (a commit without fsync takes tens of microseconds), so a caller
+    /// awaiting one append at a time does not also pay for waking the JavaScript thread. The wait
+    /// is bounded, so the event loop is never held longer than that.
+    fn submit_append(&self, env: &Env, f: impl FnOnce(Ticket) -> Result<(), WorldError>) -> napi::Result<RawValue> {
+        let (ticket, promise) = self.completer.begin(env.raw())?;
+        let alone = self.completer.alone();
+        if alone {
+            self.completer.arm(ticket);
+        }
+        match f(ticket) {
+            Err(e) => {
+                if alone {
+                    self.completer
+                        .wait_briefly(env.raw(), ticket, std::time::Duration::ZERO);
+                }
+                self.completer.settle_now(env.raw(), ticket, Err(e));
+            }
+            Ok(()) if alone => {
+                self.completer.wait_briefly(env.raw(), ticket, WAIT_IN_PLACE);
+            }
+            Ok(()) => {}
+        }
+        Ok(RawValue(promise))
+    }
+
     /// Append an event; resolves with the envelope's canonical JSON after its commit.
     #[napi(ts_return_type = "Promise<string>")]
     pub fn append(
@@ -117,7 +146,7 @@ impl NativeWorld {
         payload_json: String,
         idempotency_key: Option<String>,
     ) -> napi::Result<RawValue> {
-        self.submit(&env, |t| {
+        self.submit_append(&env, |t| {
             self.world.append(
                 t,
                 AppendRequest {

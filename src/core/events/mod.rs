@@ -253,11 +253,22 @@ fn offload_large_values(
 /// Outcome of one append in a batch: the envelope's canonical JSON, or why it was refused.
 pub type AppendOutcome = Result<String>;
 
-/// Commit a group of prepared appends in one write transaction, each in its own savepoint.
+/// Commit a group of prepared appends in one write transaction, each in its own savepoint (a
+/// group of one is its own transaction).
 ///
 /// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
 /// commit), every append of the group gets that error and nothing of the group is stored.
 pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], recorded_at: &str) -> Vec<AppendOutcome> {
+    if let [item] = batch {
+        // A group of one is its own transaction: rolling that back undoes exactly this append,
+        // so it needs no savepoint of its own.
+        let mut envelope = None;
+        let result = writer.transaction(&mut |tx| {
+            envelope = Some(append_one(tx, &mut HashMap::new(), item, recorded_at)?);
+            Ok(())
+        });
+        return vec![result.map(|()| envelope.take().expect("a committed append has its envelope"))];
+    }
     let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
     let result = writer.transaction(&mut |tx| {
         outcomes.clear();

@@ -148,7 +148,14 @@ impl LogWriter for SqliteWriter {
         };
         let result = body(&mut tx);
         let staged = std::mem::take(&mut tx.staged);
-        match result.and_then(|()| self.exec("COMMIT", "committing appends")) {
+        if let Err(e) = result {
+            // Nothing of this transaction stays, so what was remembered before it still holds;
+            // and no other connection can have committed while it held the write lock.
+            let _ = self.exec("ROLLBACK", "rolling back");
+            self.data_version = Some(version);
+            return Err(e);
+        }
+        match self.exec("COMMIT", "committing appends") {
             Ok(()) => {
                 for (run, tail) in staged {
                     self.tails.insert(run, tail);
