@@ -255,7 +255,32 @@ unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {
 unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<sys::napi_value> {
     let mut value = ptr::null_mut();
     let status = match out {
-        Output::Json(s) => sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value),
+        Output::Json(s) if s.len() >= EXTERNAL_STRING_MIN && s.is_ascii() => match external_latin1() {
+            // Hand a large ASCII text to V8 without copying it; the finalizer frees it.
+            Some(create) => {
+                let len = s.len() as isize;
+                let data = s.as_ptr();
+                let hint = Box::into_raw(Box::new(s));
+                let mut copied = false;
+                let status = create(
+                    env,
+                    data.cast(),
+                    len,
+                    Some(drop_text),
+                    hint.cast(),
+                    &mut value,
+                    &mut copied,
+                );
+                if status != sys::Status::napi_ok {
+                    // Not taken: the text is still ours to free. (When V8 copies it instead, Node
+                    // has already called the finalizer.)
+                    drop(Box::from_raw(hint));
+                }
+                status
+            }
+            None => sys::napi_create_string_utf8(env, data_of(&s), s.len() as isize, &mut value),
+        },
+        Output::Json(s) => sys::napi_create_string_utf8(env, data_of(&s), s.len() as isize, &mut value),
         Output::Bytes(bytes) if bytes.is_empty() => {
             let mut data = ptr::null_mut();
             sys::napi_create_buffer(env, 0, &mut data, &mut value)
@@ -289,6 +314,46 @@ unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<s
         });
     }
     Ok(value)
+}
+
+fn data_of(s: &str) -> *const std::ffi::c_char {
+    s.as_ptr().cast()
+}
+
+/// Texts at least this long go to V8 as external strings when they are ASCII.
+const EXTERNAL_STRING_MIN: usize = 64 * 1024;
+
+type CreateExternalLatin1 = unsafe extern "C" fn(
+    sys::napi_env,
+    *const std::ffi::c_char,
+    isize,
+    sys::napi_finalize,
+    *mut c_void,
+    *mut sys::napi_value,
+    *mut bool,
+) -> sys::napi_status;
+
+/// `node_api_create_external_string_latin1`, when this Node has it (20.4 and later): looked up
+/// at run time, so an older Node falls back to copying instead of failing to load the addon.
+fn external_latin1() -> Option<CreateExternalLatin1> {
+    static FOUND: std::sync::OnceLock<Option<CreateExternalLatin1>> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        #[cfg(unix)]
+        {
+            // SAFETY: dlsym with RTLD_DEFAULT looks the name up in the running process; when found
+            // it is Node's function of exactly this signature.
+            let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"node_api_create_external_string_latin1".as_ptr()) };
+            (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, CreateExternalLatin1>(f) })
+        }
+        #[cfg(not(unix))]
+        {
+            None
+        }
+    })
+}
+
+unsafe extern "C" fn drop_text(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
+    drop(Box::from_raw(hint.cast::<String>()));
 }
 
 unsafe extern "C" fn drop_bytes(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {

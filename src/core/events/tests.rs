@@ -288,3 +288,38 @@ fn bench_commit_batch_tmp() {
         prep_time.as_secs_f64() * 1e6 / 64000.0
     );
 }
+
+#[test]
+#[ignore]
+fn bench_list_packed_tmp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, r) = sqlite::open(dir.path(), Durability::Normal).unwrap();
+    let payload = json!({"stepPath": "step/1", "stepKind": "ai.generate", "note": "n".repeat(120)});
+    for _ in 0..100 {
+        let batch: Vec<PreparedAppend> = (0..1000)
+            .map(|_| prep(req("run_big", "StepStarted", payload.clone(), None)).unwrap())
+            .collect();
+        commit_batch(&mut w, &batch, "2026-01-01T00:00:00.000Z");
+    }
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        let mut n = 0;
+        crate::core::store::LogReader::rows(&r, "run_big", 0, None, &mut |row| {
+            n += row.envelope.len();
+            Ok(())
+        })
+        .unwrap();
+        let rows_only = t.elapsed();
+        let t = std::time::Instant::now();
+        let p = packed::list_packed(&r, "run_big", 0, None).unwrap();
+        let packed = t.elapsed();
+        let t = std::time::Instant::now();
+        let parts = packed::list_packed_parallel(&r, "run_big", 0, None).unwrap();
+        let par = t.elapsed();
+        println!(
+            "rows only {rows_only:?} ({n} bytes); packed {packed:?} ({} chars); parallel {par:?} ({} parts)",
+            p.text.len(),
+            parts.len()
+        );
+    }
+}
