@@ -76,17 +76,34 @@ fn shown(id: &str) -> String {
 
 /// `evt_` + the first 16 hex of sha256(JCS({runId, sequence, type, payload})).
 pub fn event_id(run_id: &str, sequence: u64, event_type: &str, canonical_payload: &str) -> String {
-    let mut pre = Vec::with_capacity(canonical_payload.len() + run_id.len() + event_type.len() + 48);
-    pre.extend_from_slice(b"{\"payload\":");
-    pre.extend_from_slice(canonical_payload.as_bytes());
-    pre.extend_from_slice(b",\"runId\":");
-    write_str(run_id, &mut pre);
-    pre.extend_from_slice(b",\"sequence\":");
-    pre.extend_from_slice(itoa::Buffer::new().format(sequence).as_bytes());
-    pre.extend_from_slice(b",\"type\":");
-    write_str(event_type, &mut pre);
-    pre.push(b'}');
-    let digest = Sha256::digest(&pre);
+    event_id_finish(&event_id_prefix(run_id, canonical_payload), sequence, event_type)
+}
+
+/// The event-id hash with everything before the sequence absorbed: `{"payload":…,"runId":…,
+/// "sequence":`. The payload comes first in the preimage, so it can be hashed before the
+/// sequence is known, off the writer thread.
+pub fn event_id_prefix(run_id: &str, canonical_payload: &str) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(b"{\"payload\":");
+    h.update(canonical_payload.as_bytes());
+    h.update(b",\"runId\":");
+    let mut run = Vec::with_capacity(run_id.len() + 2);
+    write_str(run_id, &mut run);
+    h.update(&run);
+    h.update(b",\"sequence\":");
+    h
+}
+
+/// Finish an event id from its [`event_id_prefix`]: absorb the sequence and the type.
+pub fn event_id_finish(prefix: &Sha256, sequence: u64, event_type: &str) -> String {
+    let mut h = prefix.clone();
+    h.update(itoa::Buffer::new().format(sequence).as_bytes());
+    let mut tail = Vec::with_capacity(event_type.len() + 12);
+    tail.extend_from_slice(b",\"type\":");
+    write_str(event_type, &mut tail);
+    tail.push(b'}');
+    h.update(&tail);
+    let digest = h.finalize();
     format!("evt_{}", hex::encode(&digest[..8]))
 }
 

@@ -50,6 +50,8 @@ pub struct PreparedAppend {
     pub digest: Option<String>,
     /// For a run-event terminal: the node it ends, or `""` when it ends the run (or session).
     pub terminal: Option<String>,
+    /// The event-id hash with the payload already absorbed (see [`ids::event_id_prefix`]).
+    pub id_prefix: sha2::Sha256,
 }
 
 /// What the append rules need of the artifact store.
@@ -113,10 +115,12 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         .key
         .as_ref()
         .map(|_| ids::request_digest(&req.run_id, &req.event_type, &canonical));
+    let id_prefix = ids::event_id_prefix(&req.run_id, &canonical);
     Ok(PreparedAppend {
         run_id: req.run_id,
         event_type: req.event_type,
         payload: canonical,
+        id_prefix,
         key: req.key,
         digest,
         terminal,
@@ -349,7 +353,7 @@ fn append_one<'b>(
         }
     }
     let sequence = cursor.last + 1;
-    let event_id = ids::event_id(run, sequence, &item.event_type, &item.payload);
+    let event_id = ids::event_id_finish(&item.id_prefix, sequence, &item.event_type);
     let envelope = envelope_json(
         &event_id,
         run,
