@@ -75,6 +75,9 @@ enum PrepMsg {
     Close(Ticket),
 }
 
+// Appends move through the channel by value; boxing each would cost an allocation per append to
+// save channel slots that are few and short-lived.
+#[allow(clippy::large_enum_variant)]
 enum WriteMsg {
     Append(Ticket, PreparedAppend),
     Close(Ticket),
