@@ -20,18 +20,10 @@ import {
   type World,
   type WorldError,
 } from '@little-workflow/world';
-import { packageRoot, tempDir, track, worldKinds } from './helpers';
+import { packageRoot, tempDir, track, worldKinds, rejection } from './helpers';
 
 const sha256hex = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
-async function rejection(p: Promise<unknown>): Promise<WorldError> {
-  try {
-    await p;
-  } catch (e) {
-    return e as WorldError;
-  }
-  throw new Error('expected a rejection');
-}
 
 const base = { runId: 'run_art', stepPath: 'step/a', name: 'out', contentType: 'text/plain' };
 

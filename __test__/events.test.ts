@@ -16,19 +16,11 @@ import {
   type EventEnvelope,
   type World,
 } from '@little-workflow/world';
-import { worldKinds } from './helpers';
+import { worldKinds, rejection } from './helpers';
 
 const jcs = (v: unknown): string => canonicalizeOracle(v) as string;
 const sha256hex = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
 
-async function rejection(p: Promise<unknown>): Promise<WorldError> {
-  try {
-    await p;
-  } catch (e) {
-    return e as WorldError;
-  }
-  throw new Error('expected a rejection');
-}
 
 function isDeepFrozen(v: unknown): boolean {
   if (v === null || typeof v !== 'object') return true;

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach } from 'vitest';
-import { localWorld, virtualWorld, type PricingRegistry, type World } from '@little-workflow/world';
+import { localWorld, virtualWorld, type PricingRegistry, type World, type WorldError } from '@little-workflow/world';
 
 const dirs: string[] = [];
 const worlds: World[] = [];
@@ -38,6 +38,16 @@ export function worldKindsWith(opts: { pricing?: PricingRegistry } = {}): Readon
 
 /** The kinds of world the contract is checked against. */
 export const worldKinds = worldKindsWith();
+
+/** The error a promise rejects with; fails the test if it resolves. */
+export async function rejection(p: Promise<unknown>): Promise<WorldError> {
+  try {
+    await p;
+  } catch (e) {
+    return e as WorldError;
+  }
+  throw new Error('expected a rejection');
+}
 
 /** The root of the package, for spawning scripts. */
 export const packageRoot = join(__dirname, '..');

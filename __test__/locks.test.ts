@@ -15,16 +15,8 @@ import {
   writeOuterLoopManifest,
   type WorldError,
 } from '@little-workflow/world';
-import { packageRoot, tempDir, track, worldKinds } from './helpers';
+import { packageRoot, tempDir, track, worldKinds, rejection } from './helpers';
 
-async function rejection(p: Promise<unknown>): Promise<WorldError> {
-  try {
-    await p;
-  } catch (e) {
-    return e as WorldError;
-  }
-  throw new Error('expected a rejection');
-}
 
 const lockDir = (dataDir: string, name: string) => join(dataDir, 'locks', createHash('sha256').update(name).digest('hex'));
 

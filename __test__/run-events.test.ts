@@ -24,20 +24,12 @@ import {
   type RunEvent,
   type RunEventDraft,
 } from '@little-workflow/world';
-import { packageRoot, tempDir, track, worldKinds } from './helpers';
+import { packageRoot, tempDir, track, worldKinds, rejection } from './helpers';
 
 type Examples = { types: Record<string, { stream: 'run' | 'session'; valid: RunEventDraft; invalid: { draft: RunEventDraft; path: string } }> };
 const examples = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'run-event-examples.json'), 'utf8')) as Examples;
 const UUID = '3f2b8c1e-9a4d-4e6f-8b2a-1c3d5e7f9a0b';
 
-async function rejection(p: Promise<unknown>): Promise<WorldError> {
-  try {
-    await p;
-  } catch (e) {
-    return e as WorldError;
-  }
-  throw new Error('expected a rejection');
-}
 
 describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
   it('accepts a valid and refuses an invalid example of every type of both unions', async () => {

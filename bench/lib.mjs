@@ -23,3 +23,28 @@ export function machine() {
 }
 
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/**
+ * Event `i` of the 100,000-event runs the listing and materialization benchmarks read: a mix of
+ * step starts, priced model calls (half of all events) and step outputs over 50 steps.
+ */
+export function eventFor(i) {
+  const step = `step/${i % 50}`;
+  switch (i % 4) {
+    case 0:
+      return { type: 'StepStarted', payload: { stepPath: step, stepKind: 'ai.generate', note: 'n'.repeat(120) } };
+    case 1:
+    case 2:
+      return {
+        type: 'harness.model.responded',
+        appendIdempotencyKey: `call-${i}`,
+        payload: {
+          turn: 1, callId: `c${i}`, stepPath: step,
+          model: i % 3 ? { provider: 'openai', modelId: 'gpt-5' } : { provider: 'anthropic', modelId: 'claude-sonnet-4-5' },
+          response: { text: 'a short answer', usage: { inputTokens: 1000 + (i % 97), outputTokens: 200 + (i % 13), cachedInputTokens: 100 } },
+        },
+      };
+    default:
+      return { type: 'StepCompleted', payload: { stepPath: step, output: { ok: true, n: i } } };
+  }
+}

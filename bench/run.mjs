@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import * as nativeLib from '@little-workflow/world';
 import baselineLib from './dist/baseline/world.js';
-import { machine, median, opensslSha256MBps } from './lib.mjs';
+import { eventFor, machine, median, opensslSha256MBps } from './lib.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const { values } = parseArgs({ options: { rounds: { type: 'string', default: '3' }, only: { type: 'string', default: 'a,b,c,d,e,f' } } });
@@ -40,27 +40,6 @@ const TARGET = {
   'd full': ['>=', 3], 'd normal': ['>=', 3],
   'e full': ['>=', 5], 'e normal': ['>=', 5],
 };
-
-function eventFor(i) {
-  const step = `step/${i % 50}`;
-  switch (i % 4) {
-    case 0:
-      return { type: 'StepStarted', payload: { stepPath: step, stepKind: 'ai.generate', note: 'n'.repeat(120) } };
-    case 1:
-    case 2:
-      return {
-        type: 'harness.model.responded',
-        appendIdempotencyKey: `call-${i}`,
-        payload: {
-          turn: 1, callId: `c${i}`, stepPath: step,
-          model: i % 3 ? { provider: 'openai', modelId: 'gpt-5' } : { provider: 'anthropic', modelId: 'claude-sonnet-4-5' },
-          response: { text: 'a short answer', usage: { inputTokens: 1000 + (i % 97), outputTokens: 200 + (i % 13), cachedInputTokens: 100 } },
-        },
-      };
-    default:
-      return { type: 'StepCompleted', payload: { stepPath: step, output: { ok: true, n: i } } };
-  }
-}
 
 async function prepare() {
   const blob = Buffer.alloc(16 * 1024 * 1024);

@@ -15,9 +15,10 @@ use napi::Env;
 use napi_derive::napi;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-/// How long the JavaScript thread may wait in place for a lone append (see `submit_append`).
-const WAIT_IN_PLACE: std::time::Duration = std::time::Duration::from_micros(250);
+/// How long the JavaScript thread may wait in place for a lone append (see `submit_with`).
+const WAIT_IN_PLACE: Duration = Duration::from_micros(250);
 
 /// An open world. Every asynchronous method returns a promise that one of the world's own
 /// threads settles; none of them runs on the libuv pool.
@@ -103,33 +104,33 @@ impl NativeWorld {
     }
 
     fn submit(&self, env: &Env, f: impl FnOnce(Ticket) -> Result<(), WorldError>) -> napi::Result<RawValue> {
-        let (ticket, promise) = self.completer.begin(env.raw())?;
-        if let Err(e) = f(ticket) {
-            self.completer.settle_now(env.raw(), ticket, Err(e));
-        }
-        Ok(RawValue(promise))
+        self.submit_with(env, Duration::ZERO, f)
     }
 
-    /// [`Self::submit`] for an append: when it is the only operation in flight, wait for it here
-    /// for up to [`WAIT_IN_PLACE`] (a commit without fsync takes tens of microseconds), so a caller
-    /// awaiting one append at a time does not also pay for waking the JavaScript thread. The wait
-    /// is bounded, so the event loop is never held longer than that.
-    fn submit_append(&self, env: &Env, f: impl FnOnce(Ticket) -> Result<(), WorldError>) -> napi::Result<RawValue> {
+    /// Start an operation; if it is the only one in flight and `wait` is not zero, wait for it
+    /// here for up to `wait`, so that a caller awaiting one append at a time does not also pay
+    /// for waking the JavaScript thread (a commit without fsync takes tens of microseconds). The
+    /// wait is bounded, so the event loop is never held longer than that.
+    fn submit_with(
+        &self,
+        env: &Env,
+        wait: Duration,
+        f: impl FnOnce(Ticket) -> Result<(), WorldError>,
+    ) -> napi::Result<RawValue> {
         let (ticket, promise) = self.completer.begin(env.raw())?;
-        let alone = self.completer.alone();
-        if alone {
+        let waiting = !wait.is_zero() && self.completer.alone();
+        if waiting {
             self.completer.arm(ticket);
         }
         match f(ticket) {
             Err(e) => {
-                if alone {
-                    self.completer
-                        .wait_briefly(env.raw(), ticket, std::time::Duration::ZERO);
+                if waiting {
+                    self.completer.wait_briefly(env.raw(), ticket, Duration::ZERO);
                 }
                 self.completer.settle_now(env.raw(), ticket, Err(e));
             }
-            Ok(()) if alone => {
-                self.completer.wait_briefly(env.raw(), ticket, WAIT_IN_PLACE);
+            Ok(()) if waiting => {
+                self.completer.wait_briefly(env.raw(), ticket, wait);
             }
             Ok(()) => {}
         }
@@ -146,7 +147,7 @@ impl NativeWorld {
         payload_json: String,
         idempotency_key: Option<String>,
     ) -> napi::Result<RawValue> {
-        self.submit_append(&env, |t| {
+        self.submit_with(&env, WAIT_IN_PLACE, |t| {
             self.world.append(
                 t,
                 AppendRequest {
@@ -255,7 +256,7 @@ impl NativeWorld {
     pub fn acquire_lock(&self, env: Env, name: String, wait_ms: f64) -> napi::Result<RawValue> {
         self.submit(&env, |t| {
             let wait = count_arg("waitMs", Some(wait_ms))?.unwrap_or(0);
-            self.world.acquire_lock(t, name, std::time::Duration::from_millis(wait))
+            self.world.acquire_lock(t, name, Duration::from_millis(wait))
         })
     }
 

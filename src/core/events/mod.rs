@@ -354,16 +354,16 @@ fn append_one<'b>(
     }
     let sequence = cursor.last + 1;
     let event_id = ids::event_id_finish(&item.id_prefix, sequence, &item.event_type);
-    let envelope = envelope_json(
-        &event_id,
-        run,
+    let envelope = EnvelopeFields {
+        event_id: &event_id,
+        run_id: run,
         sequence,
-        &item.event_type,
-        item.key.as_deref(),
-        item.digest.as_deref(),
+        event_type: &item.event_type,
+        key: item.key.as_deref(),
+        digest: item.digest.as_deref(),
         recorded_at,
-        &item.payload,
-    );
+    }
+    .to_json(&item.payload);
     tx.insert(&NewEvent {
         run_id: run,
         sequence,
@@ -387,45 +387,63 @@ fn append_one<'b>(
     Ok(envelope)
 }
 
-/// The canonical JSON of an envelope (its keys are ASCII, written here in sorted order).
-#[allow(clippy::too_many_arguments)]
-pub fn envelope_json(
-    event_id: &str,
-    run_id: &str,
-    sequence: u64,
-    event_type: &str,
-    key: Option<&str>,
-    digest: Option<&str>,
-    recorded_at: &str,
-    canonical_payload: &str,
-) -> String {
-    use canonical::write_str;
-    let mut out = Vec::with_capacity(canonical_payload.len() + 256);
-    out.push(b'{');
-    if let Some(k) = key {
-        out.extend_from_slice(b"\"appendIdempotencyKey\":");
-        write_str(k, &mut out);
-        out.push(b',');
+/// Everything of an envelope but its payload. The canonical envelope is
+/// `{[key,][digest,]"eventId":…,"payload":<payload>,"recordedAt":…,"runId":…,"sequence":…,"type":…}`
+/// (its keys are ASCII, in sorted order); this writes the parts before and after the payload, for
+/// building envelopes and for finding the payload inside a stored one.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvelopeFields<'a> {
+    pub event_id: &'a str,
+    pub run_id: &'a str,
+    pub sequence: u64,
+    pub event_type: &'a str,
+    pub key: Option<&'a str>,
+    pub digest: Option<&'a str>,
+    pub recorded_at: &'a str,
+}
+
+impl EnvelopeFields<'_> {
+    /// Append the envelope's text up to and including `"payload":`.
+    pub fn write_head(&self, out: &mut Vec<u8>) {
+        use canonical::write_str;
+        out.push(b'{');
+        if let Some(k) = self.key {
+            out.extend_from_slice(b"\"appendIdempotencyKey\":");
+            write_str(k, out);
+            out.push(b',');
+        }
+        if let Some(d) = self.digest {
+            out.extend_from_slice(b"\"canonicalRequestDigest\":");
+            write_str(d, out);
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"eventId\":");
+        write_str(self.event_id, out);
+        out.extend_from_slice(b",\"payload\":");
     }
-    if let Some(d) = digest {
-        out.extend_from_slice(b"\"canonicalRequestDigest\":");
-        write_str(d, &mut out);
-        out.push(b',');
+
+    /// Append the envelope's text after the payload, from `,"recordedAt":` to the closing brace.
+    pub fn write_tail(&self, out: &mut Vec<u8>) {
+        use canonical::write_str;
+        out.extend_from_slice(b",\"recordedAt\":");
+        write_str(self.recorded_at, out);
+        out.extend_from_slice(b",\"runId\":");
+        write_str(self.run_id, out);
+        out.extend_from_slice(b",\"sequence\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.sequence).as_bytes());
+        out.extend_from_slice(b",\"type\":");
+        write_str(self.event_type, out);
+        out.push(b'}');
     }
-    out.extend_from_slice(b"\"eventId\":");
-    write_str(event_id, &mut out);
-    out.extend_from_slice(b",\"payload\":");
-    out.extend_from_slice(canonical_payload.as_bytes());
-    out.extend_from_slice(b",\"recordedAt\":");
-    write_str(recorded_at, &mut out);
-    out.extend_from_slice(b",\"runId\":");
-    write_str(run_id, &mut out);
-    out.extend_from_slice(b",\"sequence\":");
-    out.extend_from_slice(itoa::Buffer::new().format(sequence).as_bytes());
-    out.extend_from_slice(b",\"type\":");
-    write_str(event_type, &mut out);
-    out.push(b'}');
-    String::from_utf8(out).expect("envelope is UTF-8")
+
+    /// The envelope's canonical JSON around `canonical_payload`.
+    pub fn to_json(&self, canonical_payload: &str) -> String {
+        let mut out = Vec::with_capacity(canonical_payload.len() + 256);
+        self.write_head(&mut out);
+        out.extend_from_slice(canonical_payload.as_bytes());
+        self.write_tail(&mut out);
+        String::from_utf8(out).expect("envelope is UTF-8")
+    }
 }
 
 #[cfg(test)]

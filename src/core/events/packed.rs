@@ -7,6 +7,7 @@
 //! cuts the pieces out (V8 makes those slices without copying) and decodes a payload only when it
 //! is first read.
 
+use super::EnvelopeFields;
 use crate::core::error::{Result, WorldError};
 use crate::core::store::{LogReader, RowRef};
 
@@ -33,39 +34,24 @@ fn utf16_len(s: &str) -> usize {
 /// so the text around the payload is rebuilt from the row's columns (into `scratch`) and checked
 /// byte for byte; no searching. `None` when the stored text is not that envelope.
 fn payload_slice<'a>(row: &RowRef<'a>, scratch: &mut Vec<u8>) -> Option<&'a str> {
-    use crate::core::canonical::write_str;
+    let fields = EnvelopeFields {
+        event_id: row.event_id,
+        run_id: row.run_id,
+        sequence: row.sequence,
+        event_type: row.event_type,
+        key: row.key,
+        digest: row.digest,
+        recorded_at: row.recorded_at,
+    };
     scratch.clear();
-    scratch.push(b'{');
-    if let Some(k) = row.key {
-        scratch.extend_from_slice(b"\"appendIdempotencyKey\":");
-        write_str(k, scratch);
-        scratch.push(b',');
-    }
-    if let Some(d) = row.digest {
-        scratch.extend_from_slice(b"\"canonicalRequestDigest\":");
-        write_str(d, scratch);
-        scratch.push(b',');
-    }
-    scratch.extend_from_slice(b"\"eventId\":");
-    write_str(row.event_id, scratch);
-    scratch.extend_from_slice(b",\"payload\":");
-    let prefix = scratch.len();
-    scratch.extend_from_slice(b",\"recordedAt\":");
-    write_str(row.recorded_at, scratch);
-    scratch.extend_from_slice(b",\"runId\":");
-    write_str(row.run_id, scratch);
-    scratch.extend_from_slice(b",\"sequence\":");
-    scratch.extend_from_slice(itoa::Buffer::new().format(row.sequence).as_bytes());
-    scratch.extend_from_slice(b",\"type\":");
-    write_str(row.event_type, scratch);
-    scratch.push(b'}');
-    let suffix = scratch.len() - prefix;
+    fields.write_head(scratch);
+    let head = scratch.len();
+    fields.write_tail(scratch);
+    let tail = scratch.len() - head;
     let env = row.envelope.as_bytes();
-    let ok = env.len() > prefix + suffix
-        && env[..prefix] == scratch[..prefix]
-        && env[env.len() - suffix..] == scratch[prefix..];
+    let ok = env.len() > head + tail && env[..head] == scratch[..head] && env[env.len() - tail..] == scratch[head..];
     // The boundaries fall on ASCII bytes, so the slice is on char boundaries.
-    ok.then(|| &row.envelope[prefix..env.len() - suffix])
+    ok.then(|| &row.envelope[head..env.len() - tail])
 }
 
 /// The envelopes of `run_id` after `after` (at most `limit`), packed.

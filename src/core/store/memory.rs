@@ -159,25 +159,6 @@ impl LogWriter for MemoryLog {
 }
 
 impl LogReader for MemoryLog {
-    fn envelopes(
-        &self,
-        run_id: &str,
-        after: u64,
-        limit: Option<u64>,
-        sink: &mut dyn FnMut(&str) -> Result<()>,
-    ) -> Result<()> {
-        let streams = self.lock();
-        let Some(stream) = streams.get(run_id) else {
-            return Ok(());
-        };
-        let start = (after.min(stream.rows.len() as u64)) as usize;
-        let take = limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize);
-        for row in stream.rows[start..].iter().take(take) {
-            sink(&row.envelope)?;
-        }
-        Ok(())
-    }
-
     fn rows(
         &self,
         run_id: &str,

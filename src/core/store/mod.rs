@@ -116,13 +116,16 @@ pub trait LogWriter: Send {
 /// The read side of a backend, shared by reader threads.
 pub trait LogReader: Send + Sync {
     /// Call `sink` with each envelope of `run_id` after `after`, in sequence order, at most `limit`.
+    /// A backend that can read the envelope alone more cheaply than the whole row overrides this.
     fn envelopes(
         &self,
         run_id: &str,
         after: u64,
         limit: Option<u64>,
         sink: &mut dyn FnMut(&str) -> Result<()>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.rows(run_id, after, limit, &mut |row| sink(row.envelope))
+    }
     /// Call `sink` with each full row of `run_id` after `after`, in sequence order, at most `limit`.
     fn rows(
         &self,
