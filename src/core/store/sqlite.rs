@@ -112,11 +112,7 @@ const MAX_TAILS: usize = 100_000;
 
 impl SqliteWriter {
     fn exec(&self, sql: &str, what: &str) -> Result<()> {
-        self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.execute([]))
-            .map(|_| ())
-            .map_err(|e| WorldError::sqlite(what.to_string(), e))
+        exec(&self.conn, sql, what)
     }
 
     fn data_version(&self) -> Result<i64> {
@@ -185,11 +181,7 @@ struct SqliteTx<'c> {
 
 impl SqliteTx<'_> {
     fn exec(&self, sql: &str, what: &str) -> Result<()> {
-        self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.execute([]))
-            .map(|_| ())
-            .map_err(|e| WorldError::sqlite(what.to_string(), e))
+        exec(self.conn, sql, what)
     }
 
     /// The tail of `run_id`: staged by this transaction, remembered, or read.
@@ -309,6 +301,14 @@ impl LogTx for SqliteTx<'_> {
         self.exec("ROLLBACK TO append", "rolling back a savepoint")?;
         self.exec("RELEASE append", "releasing a savepoint")
     }
+}
+
+/// Run a statement that takes no parameters and returns no rows, such as `COMMIT`.
+fn exec(conn: &Connection, sql: &str, what: &str) -> Result<()> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .map(|_| ())
+        .map_err(|e| WorldError::sqlite(what.to_string(), e))
 }
 
 fn terminal(conn: &Connection, run_id: &str, node: &str) -> Result<Option<u64>> {
