@@ -33,8 +33,6 @@ export declare class NativeWorld {
   appendDraft(streamId: string, draftJson: string, session: boolean): Promise<string>
   /** A stream's events as run (or session) events, JSON array text. `strict` is the replay read. */
   runEvents(streamId: string, strict: boolean): Promise<string>
-  /** Committed envelopes of a run after `afterSequence`, at most `limit`, as a JSON array text. */
-  list(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null): Promise<string>
   /** Fold a run's stored events into its state, inside Rust; resolves with its canonical JSON. */
   materialize(runId: string): Promise<string>
   /**

@@ -303,16 +303,6 @@ impl World {
         })
     }
 
-    /// Committed envelopes of `run_id` after `after` (at most `limit`), as one JSON array text.
-    pub fn list(&self, ticket: Ticket, run_id: String, after: u64, limit: Option<u64>) -> Result<()> {
-        self.ensure_open()?;
-        ids::check_stream_id(&run_id)?;
-        let reader = self.inner.reader.clone();
-        self.run(ticket, move || {
-            list_json(&*reader, &run_id, after, limit).map(Output::Json)
-        })
-    }
-
     /// A stream's events as run (or session) events, as a JSON array; with `strict` (the replay
     /// read) refuses when a row would be dropped.
     pub fn run_events(&self, ticket: Ticket, stream_id: String, strict: bool) -> Result<()> {
@@ -484,23 +474,6 @@ fn stream_status(
         .parse::<f64>()
         .unwrap_or(0.0);
     Ok((state["status"].clone(), serde_json::json!(usd)))
-}
-
-/// The envelopes of a run as one JSON array text, concatenated from the stored canonical rows.
-pub fn list_json(reader: &dyn LogReader, run_id: &str, after: u64, limit: Option<u64>) -> Result<String> {
-    let mut out = String::with_capacity(4096);
-    out.push('[');
-    let mut first = true;
-    reader.envelopes(run_id, after, limit, &mut |env| {
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        out.push_str(env);
-        Ok(())
-    })?;
-    out.push(']');
-    Ok(out)
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {

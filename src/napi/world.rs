@@ -191,22 +191,6 @@ impl NativeWorld {
         self.submit(&env, |t| self.world.run_events(t, stream_id, strict))
     }
 
-    /// Committed envelopes of a run after `afterSequence`, at most `limit`, as a JSON array text.
-    #[napi(ts_return_type = "Promise<string>")]
-    pub fn list(
-        &self,
-        env: Env,
-        run_id: String,
-        after_sequence: Option<f64>,
-        limit: Option<f64>,
-    ) -> napi::Result<RawValue> {
-        self.submit(&env, |t| {
-            let after = count_arg("afterSequence", after_sequence)?.unwrap_or(0);
-            let limit = count_arg("limit", limit)?;
-            self.world.list(t, run_id, after, limit)
-        })
-    }
-
     /// Fold a run's stored events into its state, inside Rust; resolves with its canonical JSON.
     #[napi(ts_return_type = "Promise<string>")]
     pub fn materialize(&self, env: Env, run_id: String) -> napi::Result<RawValue> {
