@@ -37,9 +37,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     let mut conn = connect(&path)?;
     let shown = path.display().to_string();
     schema::check(&conn, &shown)?;
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-        .map_err(|e| WorldError::sqlite("enabling WAL", e))?;
+    let mode = enable_wal(&conn)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(WorldError::Path {
             message: format!("{shown}: cannot use WAL mode (journal_mode is {mode})"),
@@ -78,6 +76,30 @@ fn configure_sqlite_once() {
             rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as std::ffi::c_int);
         }
     });
+}
+
+/// Put the database in WAL mode (a no-op when it already is). Switching a fresh database needs an
+/// exclusive lock, and SQLite reports a concurrent opener's lock as busy at once rather than
+/// through the busy handler, so the switch is retried for as long as the busy timeout.
+fn enable_wal(conn: &Connection) -> Result<String> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let current: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .map_err(|e| WorldError::sqlite("reading journal_mode", e))?;
+        if current.eq_ignore_ascii_case("wal") {
+            return Ok(current);
+        }
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)) {
+            Ok(mode) => return Ok(mode),
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DatabaseBusy && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(WorldError::sqlite("enabling WAL", e)),
+        }
+    }
 }
 
 fn connect(path: &Path) -> Result<Connection> {
