@@ -1,0 +1,45 @@
+// How long an event appended by another process takes to reach a subscriber. Prints figures;
+// asserts nothing.
+//
+//   node bench/subscribe.mjs [count]      (default 200)
+//
+// A child process appends `count` events, each stamped with its wall-clock time, 20 ms apart;
+// this process subscribes to the run on the same data directory and records, for each event, the
+// time from just before the child's append to its arrival here.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { localWorld, subscribe } from '@little-workflow/world';
+import { machine } from './lib.mjs';
+
+const count = Number(process.argv[2] ?? 200);
+const dataDir = mkdtempSync(join(tmpdir(), 'little-bench-sub-'));
+const child = join(dataDir, 'child.mjs');
+writeFileSync(
+  child,
+  `import { localWorld, appendEvent } from ${JSON.stringify(new URL('../world.mjs', import.meta.url).href)};
+   const w = localWorld({ dataDir: ${JSON.stringify(dataDir)}, durability: 'normal' });
+   for (let i = 0; i < ${count}; i++) {
+     await appendEvent(w, 'run_live', { type: 'Tick', payload: { i, sentAt: Date.now() } });
+     await new Promise((r) => setTimeout(r, 20));
+   }
+   await w.close();`,
+);
+const world = localWorld({ dataDir, durability: 'normal' });
+const controller = new AbortController();
+const delays = [];
+const reading = (async () => {
+  for await (const e of subscribe(world, 'run_live', { signal: controller.signal })) {
+    delays.push(Date.now() - e.payload.sentAt);
+    if (delays.length === count) controller.abort();
+  }
+})();
+await new Promise((resolve, reject) => spawn(process.execPath, [child], { stdio: 'inherit' }).on('exit', (c) => (c === 0 ? resolve() : reject(new Error(`child exited ${c}`)))));
+await reading;
+await world.close();
+rmSync(dataDir, { recursive: true, force: true });
+delays.sort((a, b) => a - b);
+const at = (q) => delays[Math.min(delays.length - 1, Math.floor(delays.length * q))];
+console.log(`machine: ${machine()}`);
+console.log(`${count} events from another process: delivery p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${delays[delays.length - 1]} ms (polling every 100 ms)`);
