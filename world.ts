@@ -481,33 +481,49 @@ function unpack(runId: string, text: string, table: Buffer): EventEnvelope[] {
   return out;
 }
 
+/**
+ * Gives a plain object the private state of a lazy payload: a base constructor that returns its
+ * argument makes `new LazyPayload(o, raw)` add the private fields to `o` itself, so an envelope
+ * keeps `Object.prototype` (a plain object to every library) while all envelopes share one
+ * getter. A getter written in an object literal would cost a closure and an accessor pair per
+ * envelope, and leave V8 unable to share their shapes: twice the time of a listing.
+ */
+class ReturnsItsArgument {
+  constructor(o: object) {
+    return o;
+  }
+}
+class LazyPayload extends ReturnsItsArgument {
+  #raw: string;
+  #payload: Record<string, unknown> | undefined;
+  constructor(o: object, raw: string) {
+    super(o);
+    this.#raw = raw;
+  }
+  static read(o: object): Record<string, unknown> {
+    let self = o as LazyPayload;
+    // Read through an object that inherits from an envelope, as the getter of a literal would.
+    while (!(#raw in self)) self = Object.getPrototypeOf(self) as LazyPayload;
+    return (self.#payload ??= deepFreeze(JSON.parse(self.#raw) as Record<string, unknown>));
+  }
+}
+const LAZY_PAYLOAD: PropertyDescriptor = {
+  get(this: object) {
+    return LazyPayload.read(this);
+  },
+  enumerable: true,
+};
+
 /** A frozen envelope whose payload is parsed and deep-frozen on first read. Keys in canonical order. */
 function lazyEnvelope(runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string, raw: string): EventEnvelope {
-  let payload: Record<string, unknown> | undefined;
-  if (key === '') {
-    return Object.freeze({
-      eventId,
-      get payload() {
-        return (payload ??= deepFreeze(JSON.parse(raw) as Record<string, unknown>));
-      },
-      recordedAt,
-      runId,
-      sequence,
-      type,
-    });
-  }
-  return Object.freeze({
-    appendIdempotencyKey: key,
-    canonicalRequestDigest: digest,
-    eventId,
-    get payload() {
-      return (payload ??= deepFreeze(JSON.parse(raw) as Record<string, unknown>));
-    },
-    recordedAt,
-    runId,
-    sequence,
-    type,
-  });
+  const e: Record<string, unknown> = key === '' ? { eventId } : { appendIdempotencyKey: key, canonicalRequestDigest: digest, eventId };
+  Object.defineProperty(e, 'payload', LAZY_PAYLOAD);
+  e.recordedAt = recordedAt;
+  e.runId = runId;
+  e.sequence = sequence;
+  e.type = type;
+  new LazyPayload(e, raw);
+  return Object.freeze(e) as unknown as EventEnvelope;
 }
 
 /**

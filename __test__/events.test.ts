@@ -84,6 +84,11 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
     const listed = await listEvents(world, 'run_dense');
     expect(listed).toEqual([a, b]);
     expect(isDeepFrozen(listed)).toBe(true);
+    // Listed envelopes read their payloads lazily, yet stay plain objects to every library.
+    expect(listed).toStrictEqual([a, b]);
+    expect(Object.getPrototypeOf(listed[0])).toBe(Object.prototype);
+    expect({ ...listed[1] }).toEqual({ ...b });
+    expect((Object.create(listed[1]) as { payload: unknown }).payload).toBe(listed[1].payload);
     expect(await listEvents(world, 'run_dense', { afterSequence: 1 })).toEqual([b]);
     expect(await listEvents(world, 'run_dense', { limit: 1 })).toEqual([a]);
     expect(await listEvents(world, 'run_none')).toEqual([]);

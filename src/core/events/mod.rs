@@ -3,9 +3,10 @@
 //! An append goes through two pure-ish steps. [`prepare`] checks everything that does not depend
 //! on what is already stored (ids, the payload's JSON, the known type's shape, `costUsd`, artifact
 //! references) and produces the canonical payload and the request digest. [`commit_batch`] then
-//! runs inside one write transaction of a backend: for each prepared append, in its own savepoint,
-//! it answers an idempotent retry from the stored row, or takes the next dense sequence, builds the
-//! envelope and inserts it. A rejected append writes nothing and consumes no sequence.
+//! runs inside one write transaction of a backend: for each prepared append (in a savepoint of its
+//! own when it writes more than one row) it answers an idempotent retry from the stored row, or
+//! takes the next dense sequence, builds the envelope and inserts it. A rejected append writes
+//! nothing and consumes no sequence.
 
 pub mod known;
 pub mod packed;
@@ -257,8 +258,8 @@ fn offload_large_values(
 /// Outcome of one append in a batch: the envelope's canonical JSON, or why it was refused.
 pub type AppendOutcome = Result<String>;
 
-/// Commit a group of prepared appends in one write transaction, each in its own savepoint (a
-/// group of one is its own transaction).
+/// Commit a group of prepared appends in one write transaction; an append that writes more than
+/// one row does so in a savepoint of its own (a group of one is its own transaction).
 ///
 /// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
 /// commit), every append of the group gets that error and nothing of the group is stored.
@@ -278,14 +279,26 @@ pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], record
         outcomes.clear();
         let mut next: HashMap<&str, Cursor> = HashMap::new();
         for item in batch {
-            tx.savepoint()?;
+            // An append that writes one row needs no savepoint (which would cost a copy of every
+            // page it touches): all before its insert only reads, and a refused insert changes
+            // nothing. A failure of the store itself ends the whole group instead, since SQLite
+            // may have rolled the transaction back under it.
+            let one_row = item.terminal.is_none();
+            if !one_row {
+                tx.savepoint()?;
+            }
             match append_one(tx, &mut next, item, recorded_at) {
                 Ok(envelope) => {
-                    tx.release()?;
+                    if !one_row {
+                        tx.release()?;
+                    }
                     outcomes.push(Ok(envelope));
                 }
+                Err(e) if one_row && e.code() == "WORLD_IO" => return Err(e),
                 Err(e) => {
-                    tx.rollback_to()?;
+                    if !one_row {
+                        tx.rollback_to()?;
+                    }
                     outcomes.push(Err(e));
                 }
             }

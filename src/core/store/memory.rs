@@ -86,6 +86,17 @@ impl LogTx for MemoryTx<'_> {
                 ),
             });
         }
+        if let Some(key) = row.key {
+            let staged = self
+                .staged
+                .iter()
+                .any(|r| r.run_id == row.run_id && r.key.as_deref() == Some(key));
+            if staged || self.streams.get(row.run_id).is_some_and(|s| s.keys.contains_key(key)) {
+                return Err(WorldError::RuntimeIntegrity {
+                    reason: format!("{} idempotency key {key:?} is already taken", row.run_id),
+                });
+            }
+        }
         self.staged.push(StoredEvent {
             run_id: row.run_id.to_string(),
             sequence: row.sequence,

@@ -139,3 +139,59 @@ pub trait LogReader: Send + Sync {
     /// The highest committed sequence of `run_id`, 0 when it has none.
     fn last_sequence(&self, run_id: &str) -> Result<u64>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row<'a>(sequence: u64, key: Option<&'a str>, envelope: &'a str) -> NewEvent<'a> {
+        NewEvent {
+            run_id: "run_a",
+            sequence,
+            event_id: envelope,
+            event_type: "t",
+            key,
+            digest: key.map(|_| "d"),
+            recorded_at: "2026-11-29T00:00:00.000Z",
+            envelope,
+        }
+    }
+
+    /// A group commits its one-row appends without savepoints, so a refused insert must change
+    /// nothing and leave the transaction open for the appends after it.
+    fn a_refused_insert_leaves_the_transaction_going(writer: &mut dyn LogWriter, reader: &dyn LogReader) {
+        let mut refusals = Vec::new();
+        writer
+            .transaction(&mut |tx| {
+                tx.insert(&row(1, Some("k"), "first"))?;
+                refusals.push(tx.insert(&row(1, None, "same sequence")).unwrap_err().code());
+                refusals.push(tx.insert(&row(2, Some("k"), "same key")).unwrap_err().code());
+                tx.insert(&row(2, None, "second"))?;
+                assert_eq!(tx.last_sequence("run_a")?, 2);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(refusals, ["RUNTIME_INTEGRITY", "RUNTIME_INTEGRITY"]);
+        let mut stored = Vec::new();
+        reader
+            .envelopes("run_a", 0, None, &mut |e| {
+                stored.push(e.to_string());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(stored, ["first", "second"]);
+    }
+
+    #[test]
+    fn sqlite_a_refused_insert_leaves_the_transaction_going() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
+        a_refused_insert_leaves_the_transaction_going(&mut writer, &reader);
+    }
+
+    #[test]
+    fn memory_a_refused_insert_leaves_the_transaction_going() {
+        let log = memory::MemoryLog::new();
+        a_refused_insert_leaves_the_transaction_going(&mut log.clone(), &log);
+    }
+}

@@ -267,7 +267,7 @@ impl LogTx for SqliteTx<'_> {
                 rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
                     WorldError::RuntimeIntegrity {
                         reason: format!(
-                            "{} sequence {} is already taken: a writer bypassed the write lock ({e})",
+                            "{} sequence {} (or its idempotency key) is already taken: a writer bypassed the write lock ({e})",
                             row.run_id, row.sequence
                         ),
                     }
