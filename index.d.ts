@@ -24,8 +24,12 @@ export declare class NativeWorld {
   get dataDir(): string | null
   /** Whether `close()` has been called. */
   get closed(): boolean
-  /** Append an event; resolves with the envelope's canonical JSON after its commit. */
-  append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null): Promise<string>
+  /**
+   * Append an event; resolves with the envelope's canonical JSON after its commit. `strings`
+   * are long strings of the payload sent beside its JSON text, which holds `"\u0000<index>"`
+   * in their places (see `AppendRequest::strings`).
+   */
+  append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null, strings?: Array<string> | undefined | null): Promise<string>
   /**
    * Append a seed-004 draft (JSON text, `type` included) to a run (`session: false`) or a
    * session; resolves with the envelope's canonical JSON.

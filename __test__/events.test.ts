@@ -119,6 +119,47 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
     validateEventLogShape(await listEvents(world, 'run_ids'));
   });
 
+  it('stores long strings and strings that start with U+0000 exactly, wherever they sit', async () => {
+    // Long strings cross to the core beside the payload's JSON text, with "\u0000<i>" in their
+    // places; nothing a caller writes may be taken for such a placeholder, or lose one.
+    const world = makeWorld();
+    const next = seeded(7);
+    const pool = ['a', '"', '\\', '\n', '\u0001', '\u0000', 'é', '€', '\u{1F600}', '\u2028', '</'];
+    const long = (n: number) => {
+      let s = '';
+      while (s.length < n) s += pool[Math.floor(next() * pool.length)];
+      return s;
+    };
+    const big = long(5000);
+    const withJson = { toJSON: () => big };
+    const cases: Record<string, unknown>[] = [
+      { big },
+      { a: [1, big, { b: new String(big), c: withJson }], z: '\u0000x', s: '\u0000', n: '\u00000' },
+      { ['\u0000key']: big, nested: { deeper: [[long(4096)], long(4095), '\u00001'] } },
+      { short: '\u00000', other: '\u0000' }, // no long string: sent as plain JSON text
+    ];
+    for (let i = 0; i < 20; i++) cases.push({ i, parts: Array.from({ length: 1 + (i % 4) }, () => long(next() < 0.5 ? 100 : 4000 + Math.floor(next() * 9000))) });
+    for (const [i, payload] of cases.entries()) {
+      const keyed = i % 2 === 0;
+      const env = await appendEvent(world, 'run_long', {
+        type: 'custom.long',
+        payload,
+        ...(keyed ? { appendIdempotencyKey: `k${i}` } : {}),
+      });
+      const canonicalPayload = JSON.parse(jcs(JSON.parse(JSON.stringify(payload))));
+      expect(jcs(env.payload) === jcs(canonicalPayload)).toBe(true);
+      const id = `evt_${sha256hex(jcs({ runId: 'run_long', sequence: env.sequence, type: env.type, payload: canonicalPayload })).slice(0, 16)}`;
+      expect(env.eventId).toBe(id);
+      if (keyed) {
+        // An idempotent retry carries its long strings the same way and finds the same event.
+        expect(await appendEvent(world, 'run_long', { type: 'custom.long', payload, appendIdempotencyKey: `k${i}` })).toEqual(env);
+      }
+    }
+    const listed = await listEvents(world, 'run_long');
+    expect(listed.map((e) => jcs(e.payload)).join('\n') === cases.map((c) => jcs(JSON.parse(JSON.stringify(c)))).join('\n')).toBe(true);
+    validateEventLogShape(listed);
+  });
+
   it('stays dense with 50 runs x 200 appends in flight and invalid appends mixed in', async () => {
     const world = makeWorld();
     const runs = Array.from({ length: 50 }, (_, r) => `run_load_${r}`);

@@ -264,7 +264,9 @@ impl World {
         };
         // With nothing in flight, preparing here saves a thread hop on the one append a caller is
         // waiting for. With appends in flight, the prep thread works beside the caller instead.
-        if req.payload_json.len() <= INLINE_PREP_MAX && submit.unsettled.load(Ordering::Acquire) == 0 {
+        if req.payload_json.len() + req.strings.iter().map(String::len).sum::<usize>() <= INLINE_PREP_MAX
+            && submit.unsettled.load(Ordering::Acquire) == 0
+        {
             let prepared = events::prepare(req, &*self.inner.artifacts)?;
             submit.unsettled.fetch_add(1, Ordering::AcqRel);
             if submit.write.send(WriteMsg::Append(ticket, prepared)).is_err() {

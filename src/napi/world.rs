@@ -137,7 +137,9 @@ impl NativeWorld {
         Ok(RawValue(promise))
     }
 
-    /// Append an event; resolves with the envelope's canonical JSON after its commit.
+    /// Append an event; resolves with the envelope's canonical JSON after its commit. `strings`
+    /// are long strings of the payload sent beside its JSON text, which holds `"\u0000<index>"`
+    /// in their places (see `AppendRequest::strings`).
     #[napi(ts_return_type = "Promise<string>")]
     pub fn append(
         &self,
@@ -146,6 +148,7 @@ impl NativeWorld {
         event_type: String,
         payload_json: String,
         idempotency_key: Option<String>,
+        strings: Option<Vec<String>>,
     ) -> napi::Result<RawValue> {
         self.submit_with(&env, WAIT_IN_PLACE, |t| {
             self.world.append(
@@ -154,6 +157,7 @@ impl NativeWorld {
                     run_id,
                     event_type,
                     payload_json,
+                    strings: strings.unwrap_or_default(),
                     key: idempotency_key,
                     draft: None,
                 },
@@ -178,6 +182,7 @@ impl NativeWorld {
                     run_id: stream_id,
                     event_type: String::new(),
                     payload_json: draft_json,
+                    strings: Vec::new(),
                     key: None,
                     draft: Some(if session { Stream::Session } else { Stream::Run }),
                 },

@@ -36,6 +36,11 @@ pub struct AppendRequest {
     pub event_type: String,
     /// The payload as JSON text (for a run-event draft: the draft, `type` included).
     pub payload_json: String,
+    /// Strings of the payload sent beside its JSON text, which holds `"\u0000<index>"` in the
+    /// place of each. When any are sent, every string value of the text that starts with U+0000
+    /// is such a placeholder. Long strings travel this way because serializing them to JSON on
+    /// the caller's thread costs several times what copying them does.
+    pub strings: Vec<String>,
     pub key: Option<String>,
     /// `Some` for `appendRunEvent` / `appendSessionEvent`: the payload is a seed-004 draft.
     pub draft: Option<Stream>,
@@ -75,6 +80,9 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     let run = req.run_id.clone();
     let run = run.as_str();
     let mut payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
+    if !req.strings.is_empty() {
+        put_strings_back(&mut payload, std::mem::take(&mut req.strings)).map_err(|e| e.for_run(run))?;
+    }
     let mut terminal = None;
     if let Some(stream) = req.draft {
         // A seed-004 draft: strictly validated as its stream's vocabulary; its own `type` field
@@ -169,6 +177,36 @@ pub fn parse_payload(text: &str) -> Result<Map<String, Value>> {
         Ok(_) => Err(WorldError::validation("payload", "must be a JSON object")),
         Err(e) => Err(WorldError::validation("payload", e.to_string())),
     }
+}
+
+/// Put the strings sent beside a payload's JSON text in the places of their placeholders; each
+/// must be used exactly once.
+pub fn put_strings_back(payload: &mut Map<String, Value>, strings: Vec<String>) -> Result<()> {
+    fn walk(v: &mut Value, strings: &mut [Option<String>]) -> std::result::Result<(), String> {
+        match v {
+            Value::String(s) if s.starts_with('\0') => {
+                let slot = s[1..].parse::<usize>().ok().and_then(|i| strings.get_mut(i));
+                *s = slot
+                    .and_then(Option::take)
+                    .ok_or_else(|| format!("{s:?} names no unused string sent beside the payload"))?;
+                Ok(())
+            }
+            Value::Array(items) => items.iter_mut().try_for_each(|item| walk(item, strings)),
+            Value::Object(map) => map.values_mut().try_for_each(|item| walk(item, strings)),
+            _ => Ok(()),
+        }
+    }
+    let mut slots: Vec<Option<String>> = strings.into_iter().map(Some).collect();
+    payload
+        .values_mut()
+        .try_for_each(|v| walk(v, &mut slots))
+        .and_then(|()| match slots.iter().position(Option::is_some) {
+            Some(i) => Err(format!("string {i} sent beside the payload has no placeholder")),
+            None => Ok(()),
+        })
+        .map_err(|reason| WorldError::RuntimeIntegrity {
+            reason: format!("internal error: the binding sent a malformed payload: {reason}"),
+        })
 }
 
 /// The payload rules every type shares, plus the known type's shape.

@@ -20,6 +20,7 @@ fn req(run: &str, t: &str, payload: serde_json::Value, key: Option<&str>) -> App
         payload_json: payload.to_string(),
         key: key.map(str::to_string),
         draft: None,
+        strings: Vec::new(),
     }
 }
 
@@ -181,6 +182,7 @@ fn payloads_must_be_objects_of_storable_json() {
     let bad = |json: &str| {
         prepare(
             AppendRequest {
+                strings: Vec::new(),
                 run_id: "run_a".into(),
                 event_type: "t".into(),
                 payload_json: json.into(),
@@ -198,6 +200,7 @@ fn payloads_must_be_objects_of_storable_json() {
     assert_eq!(validation_path(bad(&deep)), "payload");
     let e = prepare(
         AppendRequest {
+            strings: Vec::new(),
             run_id: "run_/x".into(),
             event_type: "t".into(),
             payload_json: "{}".into(),
@@ -210,6 +213,7 @@ fn payloads_must_be_objects_of_storable_json() {
     assert_eq!(e.code(), "WORLD_PATH");
     let e = prepare(
         AppendRequest {
+            strings: Vec::new(),
             run_id: "run_a".into(),
             event_type: "".into(),
             payload_json: "{}".into(),
@@ -259,4 +263,44 @@ fn shape_check_finds_holes_and_tampering() {
     let err = shape::check_log(&tampered).unwrap_err();
     assert_eq!(err.code(), "EVENT_LOG_CORRUPT");
     assert!(err.to_string().contains("sequence 2"), "{err}");
+}
+
+#[test]
+fn strings_sent_beside_the_payload_take_their_placeholders_exactly_once() {
+    let beside = |payload: serde_json::Value, strings: &[&str]| {
+        let mut r = req("run_s", "custom.fact", payload, None);
+        r.strings = strings.iter().map(|s| s.to_string()).collect();
+        prep(r)
+    };
+    let p = beside(
+        json!({"a": ["\u{0}1", {"b": "\u{0}0"}], "\u{0}k": "short"}),
+        &["zero", "one"],
+    )
+    .unwrap();
+    assert_eq!(p.payload, r#"{"\u0000k":"short","a":["one",{"b":"zero"}]}"#);
+    // The same event as one whose strings were inline: same canonical payload, same id.
+    let inline = prep(req(
+        "run_s",
+        "custom.fact",
+        json!({"a": ["one", {"b": "zero"}], "\u{0}k": "short"}),
+        None,
+    ))
+    .unwrap();
+    assert_eq!(p.payload, inline.payload);
+    assert_eq!(
+        ids::event_id_finish(&p.id_prefix, 1, "custom.fact"),
+        ids::event_id_finish(&inline.id_prefix, 1, "custom.fact")
+    );
+    // Without strings beside it, a string starting with U+0000 is the caller's own.
+    let own = prep(req("run_s", "custom.fact", json!({"a": "\u{0}0"}), None)).unwrap();
+    assert_eq!(own.payload, r#"{"a":"\u00000"}"#);
+    for (payload, strings) in [
+        (json!({"a": "\u{0}0", "b": "\u{0}0"}), &["x"][..]), // used twice
+        (json!({"a": "\u{0}0"}), &["x", "y"][..]),           // one left over
+        (json!({"a": "\u{0}2"}), &["x"][..]),                // out of range
+        (json!({"a": "\u{0}"}), &["x"][..]),                 // no index
+    ] {
+        let e = beside(payload.clone(), strings).unwrap_err();
+        assert_eq!(e.code(), "RUNTIME_INTEGRITY", "{payload} {strings:?}: {e}");
+    }
 }

@@ -29,6 +29,7 @@ fn json_of(out: Result<Output>) -> Value {
 
 fn append(run: &str, i: usize) -> AppendRequest {
     AppendRequest {
+        strings: Vec::new(),
         run_id: run.into(),
         event_type: "StepStarted".into(),
         payload_json: format!("{{\"stepPath\":\"s{i}\"}}"),
@@ -124,6 +125,7 @@ fn virtual_world_keeps_the_same_rules() {
     // With nothing in flight, a small payload is prepared on the caller's thread: its
     // validation error returns at once.
     let invalid = || AppendRequest {
+        strings: Vec::new(),
         run_id: "run_v".into(),
         event_type: "StepStarted".into(),
         payload_json: "{}".into(),
@@ -134,6 +136,7 @@ fn virtual_world_keeps_the_same_rules() {
     // Too large to prepare here, the append goes through the prep thread: its error arrives
     // through the completer, and the refused appends consume no sequence.
     let large_invalid = AppendRequest {
+        strings: Vec::new(),
         run_id: "run_v".into(),
         event_type: "StepStarted".into(),
         payload_json: format!("{{\"pad\":\"{}\"}}", "x".repeat(INLINE_PREP_MAX)),
@@ -167,6 +170,7 @@ fn call_order_holds_when_large_and_small_payloads_mix() {
             String::new()
         };
         let req = AppendRequest {
+            strings: Vec::new(),
             run_id: "run_mix".into(),
             event_type: "StepStarted".into(),
             payload_json: format!("{{\"stepPath\":\"s{i}\",\"pad\":\"{pad}\"}}"),
