@@ -5,6 +5,10 @@
 //! call), the group crosses to the JavaScript thread in a single threadsafe call, where every
 //! promise in it is resolved or rejected. No libuv pool thread is involved and none waits.
 //!
+//! Under load, settling runs in bursts of about a millisecond: past that, groups wait until the
+//! event loop has turned (a libuv idle handle tells), so timers and I/O keep their turns however
+//! fast the writer commits. See [`Pacing`].
+//!
 //! The threadsafe function is referenced only while operations are in flight, so an idle world
 //! never keeps the process alive, and a pending append always does.
 //!
@@ -20,6 +24,7 @@
 
 use crate::core::error::WorldError;
 use crate::core::runtime::{Completer, Output, Ticket};
+use crate::napi::idle::Idle;
 use napi::sys;
 use std::ffi::c_void;
 use std::ptr;
@@ -41,7 +46,35 @@ struct Shared {
     /// starts, so a group of 64 concurrent appends became 64 one-row commits in a row, holding
     /// the event loop for ~13 ms.
     followers: AtomicUsize,
+    /// How settling shares the JavaScript thread with the rest of the event loop.
+    pacing: Mutex<Pacing>,
 }
+
+/// Node runs a threadsafe function's queued calls in one go, and also the calls that arrive
+/// while it runs them. Under load the writer commits the next group while the JavaScript thread
+/// still settles the last, so timers and I/O could wait several milliseconds. Settling therefore
+/// runs in bursts of at most [`BURST`] or [`BURST_SETTLEMENTS`]: past either, groups wait in
+/// `stash`, and an idle handle (which runs once the loop has turned, after its timers) sends an
+/// empty group through the threadsafe function to settle them in a new burst.
+/// Touched on the JavaScript thread only.
+#[derive(Default)]
+struct Pacing {
+    /// When the current burst began; the idle handle that ends it is started then.
+    burst: Option<std::time::Instant>,
+    /// Promises settled in the current burst.
+    settled: usize,
+    /// Past the budget: groups wait in `stash` until the loop has turned.
+    yielding: bool,
+    stash: std::collections::VecDeque<Batch>,
+    /// `None` where libuv cannot be reached: then settling is not paced.
+    idle: Option<Idle>,
+}
+
+/// The longest the JavaScript thread settles before letting the event loop turn.
+const BURST: std::time::Duration = std::time::Duration::from_millis(1);
+/// The most promises settled in one burst: their continuations run after each settling call
+/// returns, partly outside what [`BURST`] measures.
+const BURST_SETTLEMENTS: usize = 256;
 
 /// The state of an operation waited for in place.
 enum Waited {
@@ -93,6 +126,7 @@ impl JsCompleter {
             in_flight: AtomicUsize::new(0),
             waited: Mutex::new(Waited::None),
             followers: AtomicUsize::new(0),
+            pacing: Mutex::new(Pacing::default()),
         });
         // One reference belongs to the threadsafe function and is dropped by its finalizer.
         let for_tsfn = Arc::into_raw(shared.clone()) as *mut c_void;
@@ -120,6 +154,9 @@ impl JsCompleter {
             "creating the completion channel"
         );
         *shared.tsfn.lock().expect("fresh lock") = Some(Tsfn(tsfn));
+        // The idle handle finds the shared state through its data pointer; the threadsafe
+        // function's finalizer closes the handle before releasing that state.
+        shared.pacing.lock().expect("fresh lock").idle = unsafe { Idle::new(env, Arc::as_ptr(&shared).cast()) };
         check!(
             sys::napi_unref_threadsafe_function(env, tsfn),
             "unreferencing the completion channel"
@@ -204,11 +241,18 @@ impl Completer for JsCompleter {
                 return;
             }
         }
-        let guard = self.shared.tsfn.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.send(done);
+    }
+}
+
+impl Shared {
+    /// Send a group to the JavaScript thread (an empty one resumes settling what waited).
+    fn send(&self, batch: Batch) {
+        let guard = self.tsfn.lock().unwrap_or_else(|p| p.into_inner());
         let Some(Tsfn(tsfn)) = *guard else {
             return; // Node has torn the environment down; nobody is left to settle these.
         };
-        let data = Box::into_raw(Box::new(done));
+        let data = Box::into_raw(Box::new(batch));
         let status = unsafe {
             sys::napi_call_threadsafe_function(tsfn, data.cast(), sys::ThreadsafeFunctionCallMode::nonblocking)
         };
@@ -217,6 +261,10 @@ impl Completer for JsCompleter {
             // The environment is shutting down; nobody is left to settle these promises.
             drop(unsafe { Box::from_raw(data) });
         }
+    }
+
+    fn pacing(&self) -> std::sync::MutexGuard<'_, Pacing> {
+        self.pacing.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -232,14 +280,92 @@ impl Drop for JsCompleter {
 unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     let shared = Arc::from_raw(data.cast::<Shared>());
     *shared.tsfn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    let idle = shared.pacing().idle.take();
+    if let Some(idle) = idle {
+        idle.close();
+    }
 }
 
 unsafe extern "C" fn call_js(env: sys::napi_env, _cb: sys::napi_value, context: *mut c_void, data: *mut c_void) {
-    let batch = Box::from_raw(data.cast::<Batch>());
+    let batch = *Box::from_raw(data.cast::<Batch>());
     if env.is_null() {
         return;
     }
-    settle_batch(env, &*context.cast::<Shared>(), *batch);
+    let shared = &*context.cast::<Shared>();
+    if batch.is_empty() {
+        resume(env, shared);
+        return;
+    }
+    {
+        let mut pacing = shared.pacing();
+        if pacing.yielding || !pacing.stash.is_empty() {
+            pacing.stash.push_back(batch);
+            return;
+        }
+    }
+    settle_paced(env, shared, batch);
+}
+
+/// Settle a group within the current burst, beginning one if none is running; past the burst's
+/// budget, the groups after it wait for the loop to turn.
+unsafe fn settle_paced(env: sys::napi_env, shared: &Shared, batch: Batch) {
+    {
+        let mut pacing = shared.pacing();
+        let pacing = &mut *pacing;
+        if let Some(idle) = &mut pacing.idle {
+            let now = std::time::Instant::now();
+            match pacing.burst {
+                None => {
+                    pacing.burst = Some(now);
+                    pacing.settled = 0;
+                    idle.start(on_turn);
+                }
+                Some(start) if now - start >= BURST || pacing.settled >= BURST_SETTLEMENTS => pacing.yielding = true,
+                Some(_) => {}
+            }
+            pacing.settled += batch.len();
+        }
+    }
+    settle_batch(env, shared, batch);
+}
+
+/// The idle handle: the loop has turned (its timers have run) since the burst began.
+unsafe extern "C" fn on_turn(handle: *mut c_void) {
+    let shared = &*Idle::data(handle).cast::<Shared>();
+    let waiting = {
+        let mut pacing = shared.pacing();
+        if let Some(idle) = &mut pacing.idle {
+            idle.stop();
+        }
+        pacing.burst = None;
+        pacing.yielding || !pacing.stash.is_empty()
+    };
+    if waiting {
+        // Settling needs a napi_env, which a threadsafe call has.
+        shared.send(Vec::new());
+    }
+}
+
+/// Settle what waited, in order, in a new burst.
+unsafe fn resume(env: sys::napi_env, shared: &Shared) {
+    {
+        let mut pacing = shared.pacing();
+        pacing.yielding = false;
+        pacing.burst = None;
+    }
+    loop {
+        let batch = {
+            let mut pacing = shared.pacing();
+            if pacing.yielding {
+                break;
+            }
+            match pacing.stash.pop_front() {
+                Some(batch) => batch,
+                None => break,
+            }
+        };
+        settle_paced(env, shared, batch);
+    }
 }
 
 unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {

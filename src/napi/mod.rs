@@ -6,6 +6,7 @@
 
 mod completion;
 mod functions;
+mod idle;
 mod world;
 
 use crate::core::error::WorldError;
