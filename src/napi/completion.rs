@@ -315,10 +315,15 @@ unsafe fn settle_paced(env: sys::napi_env, shared: &Shared, batch: Batch) {
         if let Some(idle) = &mut pacing.idle {
             let now = std::time::Instant::now();
             match pacing.burst {
+                None if !idle.start(on_turn) => {
+                    // Nothing would end the burst: settle unpaced from now on.
+                    if let Some(idle) = pacing.idle.take() {
+                        idle.close();
+                    }
+                }
                 None => {
                     pacing.burst = Some(now);
                     pacing.settled = 0;
-                    idle.start(on_turn);
                 }
                 Some(start) if now - start >= BURST || pacing.settled >= BURST_SETTLEMENTS => pacing.yielding = true,
                 Some(_) => {}

@@ -102,13 +102,14 @@ impl Idle {
         *handle.cast::<*const c_void>()
     }
 
-    /// Run `cb` on each turn of the loop from now on (no-op when already started).
-    pub unsafe fn start(&mut self, cb: UvIdleCb) {
+    /// Run `cb` on each turn of the loop from now on; false if libuv refused.
+    pub unsafe fn start(&mut self, cb: UvIdleCb) -> bool {
         if !self.started {
             if let Some(uv) = uv() {
                 self.started = (uv.idle_start)(self.handle, cb) == 0;
             }
         }
+        self.started
     }
 
     pub unsafe fn stop(&mut self) {
