@@ -26,17 +26,6 @@ pub enum Durability {
 /// How much of the database a reader maps into memory.
 const READER_MMAP: i64 = 1 << 30;
 
-/// WAL pages after which the writer's commit checkpoints them into the database (SQLite's
-/// default is 1,000). Concurrent appends to many runs rewrite the same index pages commit after
-/// commit; a longer interval copies each once per checkpoint instead of once per few commits,
-/// and pays a checkpoint's two fsyncs less often: (b) and (c) of `npm run bench` gain 10-20% at
-/// `normal`. The cost is a WAL of up to ~40 MB between checkpoints.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
-
-/// Bytes a WAL file is truncated back to once a checkpoint lets it restart, so one large burst
-/// does not leave a large file behind.
-const WAL_SIZE_LIMIT: i64 = 64 << 20;
-
 /// How long a connection waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -61,9 +50,6 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     conn.pragma_update(None, "synchronous", sync)
         .map_err(|e| WorldError::sqlite("setting synchronous", e))?;
     schema::migrate(&mut conn, &shown)?;
-    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
-        .and_then(|_| conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT))
-        .map_err(|e| WorldError::sqlite("setting the checkpoint policy", e))?;
     let reader = SqliteReader {
         path: path.clone(),
         pool: Mutex::new(Vec::new()),
@@ -489,15 +475,6 @@ impl LogReader for SqliteReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_writer_checkpoints_on_its_own_policy() {
-        let dir = tempfile::tempdir().unwrap();
-        let (writer, _reader) = open(dir.path(), Durability::Normal).unwrap();
-        let pragma = |name: &str| -> i64 { writer.conn.pragma_query_value(None, name, |r| r.get(0)).unwrap() };
-        assert_eq!(pragma("wal_autocheckpoint"), WAL_AUTOCHECKPOINT_PAGES);
-        assert_eq!(pragma("journal_size_limit"), WAL_SIZE_LIMIT);
-    }
 
     #[test]
     fn a_file_that_is_not_a_database_is_corruption() {
