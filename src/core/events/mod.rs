@@ -17,7 +17,7 @@ use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
 use crate::core::run_events::{self, Stream};
-use crate::core::store::{LogTx, LogWriter, NewEvent};
+use crate::core::store::{LogTx, LogWriter, RowRef};
 use path::{JsonPath, Seg};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -415,7 +415,7 @@ fn append_one<'b>(
         recorded_at,
     }
     .to_json(&item.payload);
-    tx.insert(&NewEvent {
+    tx.insert(&RowRef {
         run_id: run,
         sequence,
         event_id: &event_id,

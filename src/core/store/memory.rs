@@ -3,7 +3,7 @@
 //! A transaction holds the store's lock from begin to commit and stages its rows, so readers only
 //! ever see committed rows, and a savepoint is a mark in the staged list.
 
-use super::{KeyedEvent, LogReader, LogTx, LogWriter, NewEvent, RowRef, StoredEvent, StreamSummary};
+use super::{KeyedEvent, LogReader, LogTx, LogWriter, RowRef, StoredEvent, StreamSummary};
 use crate::core::error::{Result, WorldError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -77,7 +77,7 @@ impl LogTx for MemoryTx<'_> {
             .and_then(|s| s.keys.get(key).map(|&i| keyed(&s.rows[i]))))
     }
 
-    fn insert(&mut self, row: &NewEvent<'_>) -> Result<()> {
+    fn insert(&mut self, row: &RowRef<'_>) -> Result<()> {
         if row.sequence != self.last_sequence(row.run_id)? + 1 {
             return Err(WorldError::RuntimeIntegrity {
                 reason: format!(

@@ -12,20 +12,6 @@ pub mod sqlite;
 
 use crate::core::error::Result;
 
-/// A row about to be inserted.
-#[derive(Debug, Clone, Copy)]
-pub struct NewEvent<'a> {
-    pub run_id: &'a str,
-    pub sequence: u64,
-    pub event_id: &'a str,
-    pub event_type: &'a str,
-    pub key: Option<&'a str>,
-    pub digest: Option<&'a str>,
-    pub recorded_at: &'a str,
-    /// The envelope's canonical JSON, returned as is by listings.
-    pub envelope: &'a str,
-}
-
 /// A stored row found by its idempotency key.
 #[derive(Debug, Clone)]
 pub struct KeyedEvent {
@@ -47,7 +33,7 @@ pub struct StoredEvent {
     pub envelope: String,
 }
 
-/// A stored row, borrowed from the store while a read visits it.
+/// A row, borrowed: one about to be inserted, or one the store lends while a read visits it.
 #[derive(Debug, Clone, Copy)]
 pub struct RowRef<'a> {
     pub run_id: &'a str,
@@ -57,6 +43,7 @@ pub struct RowRef<'a> {
     pub key: Option<&'a str>,
     pub digest: Option<&'a str>,
     pub recorded_at: &'a str,
+    /// The envelope's canonical JSON, returned as is by listings.
     pub envelope: &'a str,
 }
 
@@ -94,7 +81,7 @@ pub trait LogTx {
     /// The row of `run_id` holding `key`, if any (pending rows of this transaction included).
     fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>>;
     /// Insert a row. Fails, changing nothing, if `(run_id, sequence)` or `(run_id, key)` exists.
-    fn insert(&mut self, row: &NewEvent<'_>) -> Result<()>;
+    fn insert(&mut self, row: &RowRef<'_>) -> Result<()>;
     /// The sequence of the terminal event of `run_id` (`node` empty) or of one of its nodes.
     fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>>;
     /// Record a terminal event. Fails, changing nothing, if that run or node already has one.
@@ -144,8 +131,8 @@ pub trait LogReader: Send + Sync {
 mod tests {
     use super::*;
 
-    fn row<'a>(sequence: u64, key: Option<&'a str>, envelope: &'a str) -> NewEvent<'a> {
-        NewEvent {
+    fn row<'a>(sequence: u64, key: Option<&'a str>, envelope: &'a str) -> RowRef<'a> {
+        RowRef {
             run_id: "run_a",
             sequence,
             event_id: envelope,

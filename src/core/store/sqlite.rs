@@ -6,7 +6,7 @@
 //! small pool; in WAL mode they never wait for the writer.
 
 use super::schema;
-use super::{KeyedEvent, LogReader, LogTx, LogWriter, NewEvent, RowRef, StreamSummary};
+use super::{KeyedEvent, LogReader, LogTx, LogWriter, RowRef, StreamSummary};
 use crate::core::error::{Result, WorldError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::collections::HashMap;
@@ -244,7 +244,7 @@ impl LogTx for SqliteTx<'_> {
             .map_err(|e| WorldError::sqlite("looking up an idempotency key", e))
     }
 
-    fn insert(&mut self, row: &NewEvent<'_>) -> Result<()> {
+    fn insert(&mut self, row: &RowRef<'_>) -> Result<()> {
         let tail = self.tail(row.run_id)?;
         self.conn
             .prepare_cached(
