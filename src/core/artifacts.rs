@@ -14,6 +14,7 @@
 //! and removed when a world next opens the directory, once its writer process is gone. Every read
 //! re-hashes the bytes and checks the manifest against its own id.
 
+use crate::core::bytes::Bytes;
 use crate::core::canonical;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
@@ -324,13 +325,13 @@ impl ArtifactStore {
     }
 
     /// Read an artifact and verify it: the manifest against its id, the blob's size and hash.
-    pub fn read(&self, id: &str) -> Result<(Manifest, Arc<Vec<u8>>)> {
+    pub fn read(&self, id: &str) -> Result<(Manifest, Bytes)> {
         match &self.backend {
             Backend::Memory(map) => map
                 .lock()
                 .expect("artifact map")
                 .get(id)
-                .cloned()
+                .map(|(m, b)| (m.clone(), Bytes::Shared(b.clone())))
                 .ok_or_else(|| not_found(id)),
             Backend::Local { dir, blobs } => {
                 let manifest = load_manifest(dir, id)?;
@@ -357,8 +358,9 @@ impl ArtifactStore {
                         reason: format!("sizeBytes is {} but the blob holds {len} bytes", manifest.size_bytes),
                     });
                 }
-                let mut bytes = vec![0u8; len as usize];
-                let digest = read_hashed(&mut file, &mut bytes)
+                let mut bytes = Bytes::zeroed(len as usize)
+                    .map_err(|e| WorldError::io("allocating a buffer for a blob", Some(blob_path.clone()), e))?;
+                let digest = read_hashed(&mut file, bytes.as_mut_slice())
                     .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?;
                 if file
                     .read(&mut [0u8; 1])
@@ -378,7 +380,7 @@ impl ArtifactStore {
                         actual,
                     });
                 }
-                Ok((manifest, Arc::new(bytes)))
+                Ok((manifest, bytes))
             }
         }
     }

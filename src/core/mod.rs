@@ -4,6 +4,7 @@
 //! backends those rules are written over; `world` the threads that serve one data directory.
 
 pub mod artifacts;
+pub mod bytes;
 pub mod canonical;
 pub mod clock;
 pub mod error;

@@ -17,8 +17,8 @@ pub type Ticket = u64;
 pub enum Output {
     /// Text: JSON for the caller to parse, or a string payload.
     Json(String),
-    /// Raw bytes, shared with whoever else holds them.
-    Bytes(std::sync::Arc<Vec<u8>>),
+    /// Raw bytes.
+    Bytes(crate::core::bytes::Bytes),
     /// Several results, in order.
     List(Vec<Output>),
     /// Nothing (the operation only had an effect).

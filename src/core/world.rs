@@ -14,6 +14,7 @@
 //! Reads go to the shared [`Pool`] with their own connections and never wait for the writer.
 
 use crate::core::artifacts::{ArtifactStore, Data, Encoding, NewArtifact};
+use crate::core::bytes::Bytes;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, AppendRequest, PreparedAppend};
@@ -298,7 +299,7 @@ impl World {
                     .into_iter()
                     .flat_map(|p| {
                         let table: Vec<u8> = p.table.iter().flat_map(|f| f.to_le_bytes()).collect();
-                        [Output::Json(p.text), Output::Bytes(Arc::new(table))]
+                        [Output::Json(p.text), Output::Bytes(Bytes::Owned(table))]
                     })
                     .collect(),
             ))
@@ -347,7 +348,7 @@ impl World {
             let (manifest, bytes) = store.read(&id)?;
             let payload = match manifest.encoding {
                 Encoding::Bytes => Output::Bytes(bytes),
-                Encoding::Json | Encoding::Utf8 => Output::Json(String::from_utf8(bytes.to_vec()).map_err(|_| {
+                Encoding::Json | Encoding::Utf8 => Output::Json(String::from_utf8(bytes.into_vec()).map_err(|_| {
                     WorldError::ArtifactManifestCorrupt {
                         artifact_id: id.clone(),
                         reason: "the blob of a text artifact is not UTF-8".into(),

@@ -506,7 +506,7 @@ unsafe extern "C" fn drop_text(_env: sys::napi_env, _data: *mut c_void, hint: *m
 }
 
 unsafe extern "C" fn drop_bytes(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
-    drop(Box::from_raw(hint.cast::<std::sync::Arc<Vec<u8>>>()));
+    drop(Box::from_raw(hint.cast::<crate::core::bytes::Bytes>()));
 }
 
 /// A JavaScript `Error` for `e`, with `code` and a JSON `details` string for `world.ts`.

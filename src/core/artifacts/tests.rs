@@ -26,15 +26,33 @@ fn round_trips_and_is_content_addressed() {
         assert_eq!(a.artifact_id, artifact_id(&meta(Encoding::Bytes), &a.sha256));
         let (m, data) = store.read(&a.artifact_id).unwrap();
         assert_eq!(m, a);
-        assert_eq!(data.as_slice(), b"hello");
+        assert_eq!(&*data, b"hello");
         let j = store
             .write(meta(Encoding::Json), Data::Text("{\"b\":1.0,\"a\":[]}".into()))
             .unwrap();
-        assert_eq!(store.read(&j.artifact_id).unwrap().1.as_slice(), b"{\"a\":[],\"b\":1}");
+        assert_eq!(&store.read(&j.artifact_id).unwrap().1[..], b"{\"a\":[],\"b\":1}");
         let e = store.write(meta(Encoding::Utf8), Data::Text(String::new())).unwrap();
         assert_eq!(e.size_bytes, 0);
         assert!(store.read(&e.artifact_id).unwrap().1.is_empty());
         assert_eq!(store.list().unwrap().len(), 3);
+    }
+}
+
+#[test]
+fn a_large_blob_reads_back_exactly_and_a_flipped_byte_anywhere_is_caught() {
+    // Large enough to be read into mapped pages, on two threads.
+    let data: Vec<u8> = (0..5 * 1024 * 1024 + 3).map(|i: u32| (i % 251) as u8).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ArtifactStore::local(dir.path()).unwrap();
+    let m = store.write(meta(Encoding::Bytes), bytes(&data)).unwrap();
+    let (_, read) = store.read(&m.artifact_id).unwrap();
+    assert!(read[..] == data[..]);
+    let blob = dir.path().join(format!("artifacts/blobs/{}.bin", m.artifact_id));
+    for at in [0, data.len() / 2, data.len() - 1] {
+        let mut flipped = data.clone();
+        flipped[at] ^= 0x80;
+        fs::write(&blob, &flipped).unwrap();
+        assert_eq!(store.read(&m.artifact_id).unwrap_err().code(), "ARTIFACT_HASH_MISMATCH");
     }
 }
 
