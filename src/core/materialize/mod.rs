@@ -469,10 +469,10 @@ impl<'p> Fold<'p> {
     /// of `[ , : {`, and a reference needs no escapes.
     fn collect_artifacts(&mut self, text: &str) {
         const NEEDLE: &str = "\"artifact://art_";
+        static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(NEEDLE));
         let bytes = text.as_bytes();
-        let mut from = 0;
-        while let Some(i) = text[from..].find(NEEDLE).map(|i| i + from) {
-            from = i + 1;
+        for i in FINDER.find_iter(bytes) {
             let end = i + NEEDLE.len() + 16;
             if end >= bytes.len()
                 || bytes[end] != b'"'

@@ -96,3 +96,96 @@ fn finds_references_only_where_strings_are_exactly_refs() {
         vec!["artifact://art_00000000000000aa", "artifact://art_00000000000000dd"]
     );
 }
+
+/// Rows for `events` of `run_id` as the writer stores them: the columns, and the canonical
+/// envelope built from the same values.
+fn stored_rows(run_id: &str, events: &[Value]) -> Vec<crate::core::store::StoredEvent> {
+    envelopes(run_id, events)
+        .into_iter()
+        .zip(events)
+        .enumerate()
+        .map(|(i, (envelope, e))| crate::core::store::StoredEvent {
+            run_id: run_id.into(),
+            sequence: i as u64 + 1,
+            event_id: "evt_0000000000000000".into(),
+            event_type: e["type"].as_str().unwrap().into(),
+            key: e.get("appendIdempotencyKey").and_then(Value::as_str).map(String::from),
+            digest: None,
+            recorded_at: e["recordedAt"].as_str().unwrap().into(),
+            envelope,
+        })
+        .collect()
+}
+
+fn sqlite_with(
+    rows: &[crate::core::store::StoredEvent],
+) -> (tempfile::TempDir, crate::core::store::sqlite::SqliteReader) {
+    use crate::core::store::LogWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut writer, reader) =
+        crate::core::store::sqlite::open(dir.path(), crate::core::store::sqlite::Durability::Normal).unwrap();
+    writer
+        .transaction(&mut |tx| {
+            for r in rows {
+                tx.insert(&r.as_ref())?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    (dir, reader)
+}
+
+#[test]
+fn folding_stored_rows_gives_the_state_folding_their_envelopes_does() {
+    let fx = fixture();
+    let pricing = Pricing::with_override(Some(&fx["pricing"].to_string())).unwrap();
+    for case in fx["cases"].as_array().unwrap() {
+        let run_id = case["runId"].as_str().unwrap();
+        let (_dir, reader) = sqlite_with(&stored_rows(run_id, case["events"].as_array().unwrap()));
+        assert_eq!(
+            fold_stored(&reader, run_id, &pricing).unwrap(),
+            canonical::to_string(&case["expected"]),
+            "case {}",
+            case["name"]
+        );
+    }
+}
+
+#[test]
+fn folding_stored_rows_parses_every_payload_and_reads_envelopes_in_any_json_form() {
+    let pricing = Pricing::bundled();
+    let events = [
+        json!({"type": "RunStarted", "payload": {}, "recordedAt": "2026-01-01T00:00:00.000Z"}),
+        // A type the fold does not read, and one with escapes in its type and key.
+        json!({"type": "custom.note", "payload": {"n": [1, 2]}, "recordedAt": "2026-01-01T00:00:01.000Z"}),
+        json!({"type": "custom \"quoted\" é", "appendIdempotencyKey": "k\u{1}\"", "payload": {"a": "artifact://art_0123456789abcdef"},
+               "recordedAt": "2026-01-01T00:00:02.000Z"}),
+        json!({"type": "RunCompleted", "payload": {"output": {"ok": true}}, "recordedAt": "2026-01-01T00:00:03.000Z"}),
+    ];
+    let rows = stored_rows("run_s", &events);
+    let (_dir, reader) = sqlite_with(&rows);
+    let mut fold = Fold::new("run_s", pricing);
+    for r in &rows {
+        fold.push(&r.envelope).unwrap();
+    }
+    let want = fold.state_json();
+    assert!(want.contains("artifact://art_0123456789abcdef"), "{want}");
+    assert_eq!(fold_stored(&reader, "run_s", pricing).unwrap(), want);
+
+    // A stored envelope in another (still valid) form is parsed whole: same state.
+    let mut spaced = rows.clone();
+    spaced[1].envelope = spaced[1].envelope.replacen('{', "{ ", 1);
+    let (_dir2, reader) = sqlite_with(&spaced);
+    assert_eq!(fold_stored(&reader, "run_s", pricing).unwrap(), want);
+
+    // A broken payload is corruption whether or not the fold reads that type.
+    for (i, from, to) in [(1, "[1,2]", "[1,2"), (2, "\"a\":", "\"a\""), (3, "true}", "tru}")] {
+        let mut broken = rows.clone();
+        assert!(broken[i].envelope.contains(from), "{}", broken[i].envelope);
+        broken[i].envelope = broken[i].envelope.replacen(from, to, 1);
+        let (_dir3, reader) = sqlite_with(&broken);
+        let err = fold_stored(&reader, "run_s", pricing).unwrap_err();
+        assert_eq!(err.code(), "EVENT_LOG_CORRUPT", "row {i}: {err}");
+        assert!(err.to_string().contains("does not parse"), "row {i}: {err}");
+    }
+}
