@@ -5,7 +5,7 @@ import { cpus } from 'node:os';
 /** This machine's sha256 throughput in MB/s per `openssl speed -evp sha256` (16 KiB blocks), or null. */
 export function opensslSha256MBps() {
   try {
-    const out = execFileSync('openssl', ['speed', '-seconds', '2', '-bytes', String(16 * 1024), '-evp', 'sha256'], {
+    const out = execFileSync('openssl', ['speed', '-seconds', '1', '-bytes', String(16 * 1024), '-evp', 'sha256'], {
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'ignore'],
     });
