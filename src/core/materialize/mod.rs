@@ -249,28 +249,33 @@ impl<'p> Fold<'p> {
 
     /// Fold one envelope, given as JSON text.
     pub fn push(&mut self, envelope_json: &str) -> Result<()> {
+        let env = parse_envelope(&self.run_id, self.event_count + 1, envelope_json)?;
+        self.apply(
+            &env.run_id,
+            env.sequence,
+            &env.event_type,
+            &env.recorded_at,
+            env.payload.get(),
+        )
+    }
+
+    /// Fold one event of a parsed envelope: its run, sequence, type, `recordedAt` and payload.
+    fn apply(&mut self, run_id: &str, sequence: u64, t: &str, at: &str, payload: &str) -> Result<()> {
         let expected = self.event_count + 1;
-        let env: Envelope<'_> = serde_json::from_str(envelope_json)
-            .map_err(|e| self.corrupt(expected, format!("envelope does not parse: {e}")))?;
-        if env.run_id != self.run_id {
-            return Err(self.corrupt(expected, format!("envelope belongs to {}", env.run_id)));
+        if run_id != self.run_id {
+            return Err(self.corrupt(expected, format!("envelope belongs to {run_id}")));
         }
-        if env.sequence != expected {
-            return Err(self.corrupt(
-                expected,
-                format!("found sequence {}; the log is not dense", env.sequence),
-            ));
+        if sequence != expected {
+            return Err(self.corrupt(expected, format!("found sequence {sequence}; the log is not dense")));
         }
         self.event_count = expected;
-        self.collect_artifacts(env.payload.get());
-        let t = env.event_type.as_ref();
+        self.collect_artifacts(payload);
         if !is_folded(t) {
-            self.last_recorded_at = Some(env.recorded_at.into_owned());
+            self.last_recorded_at = Some(at.to_string());
             return Ok(());
         }
-        let f: Fields<'_> = serde_json::from_str(env.payload.get())
+        let f: Fields<'_> = serde_json::from_str(payload)
             .map_err(|e| self.corrupt(expected, format!("{t} payload does not parse: {e}")))?;
-        let at = env.recorded_at.as_ref();
         match t {
             "RunStarted" => {
                 self.status = "running";
@@ -622,10 +627,95 @@ pub fn fold_events_json(run_id: &str, events_json: &str, pricing: &Pricing) -> R
     Ok(fold.state_json())
 }
 
-/// Fold a run straight from a store's rows.
+/// The envelope of the `sequence`th event of `run_id`, or why it is corrupt.
+fn parse_envelope<'a>(run_id: &str, sequence: u64, text: &'a str) -> Result<Envelope<'a>> {
+    serde_json::from_str(text).map_err(|e| WorldError::EventLogCorrupt {
+        run_id: Some(run_id.to_string()),
+        sequence: Some(sequence),
+        reason: format!("envelope does not parse: {e}"),
+    })
+}
+
+/// Runs with at least this many events are folded by two threads (see [`fold_stored`]).
+const PIPELINE_AT: u64 = 8192;
+
+/// Envelopes handed from the reading thread to the folding one at a time.
+const BATCH: usize = 512;
+
+/// Parsed envelopes in transit: their strings, end to end, and per event its sequence and where
+/// its run id, type, `recordedAt` and payload end in `text`.
+#[derive(Default)]
+struct Batch {
+    text: String,
+    events: Vec<(u64, [usize; 4])>,
+}
+
+impl Batch {
+    fn push(&mut self, env: &Envelope<'_>) {
+        let mut ends = [0; 4];
+        for (end, piece) in ends
+            .iter_mut()
+            .zip([&*env.run_id, &*env.event_type, &*env.recorded_at, env.payload.get()])
+        {
+            self.text.push_str(piece);
+            *end = self.text.len();
+        }
+        self.events.push((env.sequence, ends));
+    }
+
+    fn fold_into(&self, fold: &mut Fold<'_>) -> Result<()> {
+        let mut start = 0;
+        for &(sequence, [run, t, at, payload]) in &self.events {
+            let s = &self.text;
+            fold.apply(&s[start..run], sequence, &s[run..t], &s[t..at], &s[at..payload])?;
+            start = payload;
+        }
+        Ok(())
+    }
+}
+
+/// Fold a run straight from a store's rows. A long run is folded by two threads, since the
+/// JavaScript thread only waits meanwhile: one reads the rows and parses the envelopes (about half
+/// the work), handing them over in batches, while the other folds them in order.
 pub fn fold_stored(reader: &dyn crate::core::store::LogReader, run_id: &str, pricing: &Pricing) -> Result<String> {
     let mut fold = Fold::new(run_id, pricing);
-    reader.envelopes(run_id, 0, None, &mut |env| fold.push(env))?;
+    if reader.last_sequence(run_id)? < PIPELINE_AT {
+        reader.envelopes(run_id, 0, None, &mut |env| fold.push(env))?;
+        return Ok(fold.state_json());
+    }
+    let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(4);
+    std::thread::scope(|scope| {
+        let reading = std::thread::Builder::new()
+            .name("little-world-fold".into())
+            .spawn_scoped(scope, move || {
+                let mut batch = Batch::default();
+                let mut sequence = 0;
+                let read = reader.envelopes(run_id, 0, None, &mut |text| {
+                    sequence += 1;
+                    batch.push(&parse_envelope(run_id, sequence, text)?);
+                    if batch.events.len() == BATCH && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
+                        // The folding thread stopped at an error of its own: stop reading.
+                        return Err(WorldError::Closed);
+                    }
+                    Ok(())
+                });
+                // What was read before an envelope that does not parse is folded first, so the
+                // error reported is the first in sequence order, as when folding on one thread.
+                if tx.send(Ok(batch)).is_ok() {
+                    if let Err(e) = read {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| WorldError::io("starting a fold thread", None, e))?;
+        let folded = rx.iter().try_for_each(|batch| batch?.fold_into(&mut fold));
+        // On an error the receiver goes first, so the reading thread stops at its next batch.
+        drop(rx);
+        reading.join().map_err(|p| WorldError::RuntimeIntegrity {
+            reason: format!("internal error: {}", crate::core::runtime::panic_message(&*p)),
+        })?;
+        folded
+    })?;
     Ok(fold.state_json())
 }
 

@@ -189,3 +189,85 @@ fn folding_stored_rows_parses_every_payload_and_reads_envelopes_in_any_json_form
         assert!(err.to_string().contains("does not parse"), "row {i}: {err}");
     }
 }
+
+/// `n` events of a run: starts, priced and unpriced model calls, outputs with artifact references.
+fn long_run(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            let at = format!("2026-01-01T00:{:02}:{:02}.{:03}Z", i / 60_000 % 60, i / 1000 % 60, i % 1000);
+            let step = format!("step/{}", i % 37);
+            match i % 5 {
+                0 => json!({"type": "StepStarted", "payload": {"stepPath": step, "stepKind": "ai.generate"}, "recordedAt": at}),
+                1 | 2 => json!({"type": "harness.model.responded", "recordedAt": at, "payload": {
+                    "callId": format!("c{i}"), "stepPath": step,
+                    "model": if i % 3 == 0 { json!({"provider": "openai", "modelId": "gpt-5"}) } else { json!({"provider": "nobody", "modelId": "unpriced"}) },
+                    "response": {"text": "ok \"quoted\" é", "usage": {"inputTokens": 1000 + i % 97, "outputTokens": 200 + i % 13, "cachedInputTokens": 100}}}}),
+                3 => json!({"type": "custom.note", "payload": {"n": i, "ref": format!("artifact://art_{:016x}", i % 50)}, "recordedAt": at}),
+                _ => json!({"type": "StepCompleted", "payload": {"stepPath": step, "output": {"n": i}}, "recordedAt": at}),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_long_run_folds_on_two_threads_to_the_same_state() {
+    let pricing = Pricing::bundled();
+    let n = PIPELINE_AT as usize + 3 * BATCH + 17;
+    let rows = stored_rows("run_long", &long_run(n));
+    let mut fold = Fold::new("run_long", pricing);
+    for r in &rows {
+        fold.push(&r.envelope).unwrap();
+    }
+    let want = fold.state_json();
+    assert!(
+        want.contains("\"eventCount\":") && want.contains("art_0000000000000030"),
+        "{want}"
+    );
+    let (_dir, reader) = sqlite_with(&rows);
+    assert_eq!(fold_stored(&reader, "run_long", pricing).unwrap(), want);
+}
+
+#[test]
+fn a_long_run_reports_its_first_corrupt_event_in_sequence_order() {
+    let pricing = Pricing::bundled();
+    let n = PIPELINE_AT as usize + 2 * BATCH;
+    let rows = stored_rows("run_bad", &long_run(n));
+    let unparsable = |rows: &mut Vec<crate::core::store::StoredEvent>, i: usize| {
+        let e = &mut rows[i].envelope;
+        e.truncate(e.len() - 1);
+    };
+    // A model call whose usage is not a number: the envelope parses, its payload's fields do not.
+    let wrong_field = |rows: &mut Vec<crate::core::store::StoredEvent>, i: usize| {
+        assert_eq!(rows[i].event_type, "harness.model.responded");
+        rows[i].envelope = rows[i]
+            .envelope
+            .replacen("\"inputTokens\":", "\"inputTokens\":\"x\",\"was\":", 1);
+    };
+    let expect = |rows: &[crate::core::store::StoredEvent], sequence: u64, says: &str| {
+        let (_dir, reader) = sqlite_with(rows);
+        let err = fold_stored(&reader, "run_bad", pricing).unwrap_err();
+        assert_eq!(err.code(), "EVENT_LOG_CORRUPT", "{err}");
+        assert_eq!(err.details()["sequence"], json!(sequence), "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+    };
+    // Early (the reading thread must stop), mid-batch, and the very last event.
+    for at in [3, PIPELINE_AT as usize + BATCH / 2, n - 1] {
+        let mut bad = rows.clone();
+        unparsable(&mut bad, at);
+        expect(&bad, at as u64 + 1, "envelope does not parse");
+    }
+    // A field error a few events before an unparsable envelope in the same batch comes first.
+    let mut both = rows.clone();
+    wrong_field(&mut both, 2 * BATCH + 7);
+    unparsable(&mut both, 2 * BATCH + 9);
+    expect(
+        &both,
+        2 * BATCH as u64 + 8,
+        "harness.model.responded payload does not parse",
+    );
+    // And a later one does not hide an earlier unparsable envelope.
+    let mut both = rows.clone();
+    unparsable(&mut both, 2 * BATCH + 3);
+    wrong_field(&mut both, 2 * BATCH + 7);
+    expect(&both, 2 * BATCH as u64 + 4, "envelope does not parse");
+}
