@@ -109,6 +109,31 @@ describe.each(worldKindsWith({ pricing: fixture.pricing }))('materializeRunState
       expect(fromRows).toEqual(expected);
     }
   });
+
+  it('folds a run long enough to be read on a second thread to the same bytes', async () => {
+    const world = makeWorld();
+    const n = 9000;
+    for (let i = 0; i < n; i += 1000) {
+      await Promise.all(
+        Array.from({ length: 1000 }, (_, j) => {
+          const k = i + j;
+          const step = `step/${k % 23}`;
+          if (k % 3 === 0) return appendEvent(world, 'run_long', { type: 'StepStarted', payload: { stepPath: step } });
+          if (k % 3 === 1) {
+            return appendEvent(world, 'run_long', {
+              type: 'harness.model.responded',
+              payload: { turn: 1, callId: `c${k}`, stepPath: step, model: { provider: 'openai', modelId: 'gpt-5' }, response: { text: 'ok', usage: { inputTokens: 1000 + k, outputTokens: 7 } } },
+              appendIdempotencyKey: `call-${k}`,
+            });
+          }
+          return appendEvent(world, 'run_long', { type: 'StepCompleted', payload: { stepPath: step, output: { k } } });
+        }),
+      );
+    }
+    const fromRows = await materializeRunState(world, 'run_long');
+    expect(fromRows.eventCount).toBe(n);
+    expect(canonicalize(fromRows)).toBe(canonicalize(materializeRunStateFromEvents('run_long', await listEvents(world, 'run_long'), { pricing: fixture.pricing })));
+  });
 });
 
 describe('pricing', () => {
