@@ -11,7 +11,8 @@ use crate::core::error::{Result, WorldError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How durable a commit is when its append resolves.
@@ -50,6 +51,10 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     conn.pragma_update(None, "synchronous", sync)
         .map_err(|e| WorldError::sqlite("setting synchronous", e))?;
     schema::migrate(&mut conn, &shown)?;
+    let checkpointer = match durability {
+        Durability::Normal => Some(Checkpointer::start(&mut conn, &path)?),
+        Durability::Full => None,
+    };
     let reader = SqliteReader {
         path: path.clone(),
         pool: Mutex::new(Vec::new()),
@@ -59,6 +64,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
             conn,
             tails: HashMap::new(),
             data_version: None,
+            _checkpointer: checkpointer,
         },
         reader,
     ))
@@ -120,6 +126,86 @@ pub struct SqliteWriter {
     /// `PRAGMA data_version` tells at the start of each transaction; otherwise it is cleared.
     tails: HashMap<String, Tail>,
     data_version: Option<i64>,
+    _checkpointer: Option<Checkpointer>,
+}
+
+/// WAL pages after a commit at which the checkpoint thread is woken (SQLite's automatic
+/// checkpoint runs at the same size, inside the commit).
+const CHECKPOINT_AT: i32 = 1000;
+
+/// WAL pages after a commit past which the writer checkpoints inside the commit after all, as
+/// SQLite would: the checkpoint thread cannot let the WAL start over while commits keep coming,
+/// so this bounds the WAL (about 32 MiB of 4 KiB pages).
+const CHECKPOINT_INLINE_AT: i32 = 8000;
+
+/// At durability `normal`, the thread that checkpoints the WAL with a connection of its own.
+///
+/// A checkpoint fsyncs the WAL, copies its pages into the database and fsyncs that; run inside
+/// a commit, as SQLite's automatic checkpoint does, it stalls every append queued behind it for
+/// those fsyncs (at `normal` they are the only ones). Run beside the writer, the fsyncs overlap
+/// the next commits. At `full` every commit fsyncs anyway, and a second thread fsyncing beside it
+/// made group commits slower, so `full` keeps SQLite's automatic checkpoint.
+struct Checkpointer {
+    wake: crossbeam_channel::Sender<()>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(writer: &mut Connection, path: &Path) -> Result<Checkpointer> {
+        let conn = connect(path)?;
+        let (wake, woken) = crossbeam_channel::bounded::<()>(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        // Held while the thread checkpoints, so the writer can wait for it to finish.
+        let running = Arc::new(Mutex::new(()));
+        let busy = running.clone();
+        let thread = std::thread::Builder::new()
+            .name("little-world-ckpt".into())
+            .spawn(move || {
+                while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
+                    let _running = busy.lock().unwrap_or_else(|p| p.into_inner());
+                    // As SQLite's automatic checkpoint does, a failed one is left for the next.
+                    // (A passive checkpoint never waits for a lock, so the writer never waits
+                    // here for anything but the checkpoint's own work.)
+                    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                }
+            })
+            .map_err(|e| WorldError::io("starting the checkpoint thread", None, e))?;
+        let hook_wake = wake.clone();
+        // Replaces SQLite's automatic checkpoint, which is a WAL hook too.
+        writer
+            .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                if pages >= CHECKPOINT_INLINE_AT {
+                    // The thread has fallen behind: let it finish (two checkpoints at once would
+                    // find each other busy), then finish the job here, with no commit between.
+                    let _running = running.lock().unwrap_or_else(|p| p.into_inner());
+                    // The commit has happened whatever this returns: an error here would make it
+                    // look failed, so (like SQLite's automatic checkpoint) it is not reported.
+                    let _ = wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE);
+                } else if pages >= CHECKPOINT_AT {
+                    let _ = hook_wake.try_send(());
+                }
+                Ok(())
+            }))
+            .map_err(|e| WorldError::sqlite("setting the WAL hook", e))?;
+        Ok(Checkpointer {
+            wake,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // If the channel is full the thread is about to wake anyway.
+        let _ = self.wake.try_send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// A run's last sequence and the sequence of its terminal event, if it has one.
@@ -499,5 +585,81 @@ mod tests {
         assert_eq!(err.code(), "WORLD_PATH", "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), before);
         assert!(!dir.path().join("events/events.db-wal").exists());
+    }
+
+    /// Commit `rows` rows of about a page each to `run_id` after `after`, in one transaction.
+    fn commit_rows(writer: &mut SqliteWriter, run_id: &str, after: u64, rows: u64) {
+        let pad = "p".repeat(3000);
+        writer
+            .transaction(&mut |tx| {
+                for seq in after + 1..=after + rows {
+                    let envelope = format!("{{\"n\":{seq},\"pad\":\"{pad}\"}}");
+                    tx.insert(&RowRef {
+                        run_id,
+                        sequence: seq,
+                        event_id: "evt_0000000000000000",
+                        event_type: "t",
+                        key: None,
+                        digest: None,
+                        recorded_at: "2026-01-01T00:00:00.000Z",
+                        envelope: &envelope,
+                    })?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    fn file_len(path: &Path) -> u64 {
+        std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    }
+
+    #[test]
+    fn at_normal_a_thread_of_its_own_checkpoints_and_the_wal_stays_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, wal) = (
+            dir.path().join("events/events.db"),
+            dir.path().join("events/events.db-wal"),
+        );
+        let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        // Past the size at which the checkpoint thread is woken, but far below the inline one.
+        let mut n = 0;
+        while n < 2 * CHECKPOINT_AT as u64 {
+            commit_rows(&mut writer, "run_ckpt", n, 100);
+            n += 100;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while file_len(&db) < 1 << 20 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            file_len(&db) >= 1 << 20,
+            "nothing was checkpointed: the database holds {} bytes",
+            file_len(&db)
+        );
+        // Commits without a pause, to three times the inline size: the WAL starts over instead of
+        // growing, passing the inline size by one transaction (100 rows, 2 pages each at most).
+        let frame = 4096 + 24;
+        let bound = (CHECKPOINT_INLINE_AT as u64 + 200) * frame + 32;
+        let mut largest = 0;
+        while n < 3 * CHECKPOINT_INLINE_AT as u64 {
+            commit_rows(&mut writer, "run_ckpt", n, 100);
+            n += 100;
+            largest = largest.max(file_len(&wal));
+        }
+        assert!(largest <= bound, "the WAL grew to {largest} bytes (bound {bound})");
+        assert_eq!(reader.last_sequence("run_ckpt").unwrap(), n);
+        let mut seen = 0;
+        reader
+            .envelopes("run_ckpt", 0, None, &mut |_| {
+                seen += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen, n);
+        // Closing joins the thread; the last connection out removes the WAL.
+        drop(writer);
+        drop(reader);
+        assert!(!wal.exists());
     }
 }
