@@ -115,6 +115,17 @@ for (const s of scenarios) {
     console.log(`| ${NAMES[s]} | ${durability} | ${fmt(nv, unit)} | ${fmt(bv, unit)} | ${ratio.toFixed(2)}x | ${targetText} | ${rss} |`);
   }
 }
+const closing = scenarios.filter((s) => ['a', 'b', 'c'].includes(s));
+if (closing.length > 0) {
+  console.log('\nthe same appends counted until close() returns, which finishes the WAL checkpointing each world left to do');
+  for (const s of closing) {
+    for (const durability of ['full', 'normal']) {
+      const n = median(results.get(`${s} ${durability} native`).map((x) => x.withClose));
+      const b = median(results.get(`${s} ${durability} baseline`).map((x) => x.withClose));
+      console.log(`  ${NAMES[s]}, ${durability}: native ${fmt(n, 'appends/s')}, baseline ${fmt(b, 'appends/s')}, ${(n / b).toFixed(2)}x`);
+    }
+  }
+}
 if (scenarios.includes('b')) {
   console.log('\nevent-loop stall during (b): p99 gap between 1 ms timer ticks (target < 5 ms for native)');
   for (const durability of ['full', 'normal']) {
