@@ -163,6 +163,7 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("little-world-ckpt".into())
             .spawn(move || {
+                run_when_idle();
                 while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
                     let _running = busy.lock().unwrap_or_else(|p| p.into_inner());
                     // As SQLite's automatic checkpoint does, a failed one is left for the next.
@@ -194,6 +195,22 @@ impl Checkpointer {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+/// Let the calling thread run only when no other thread wants the CPU. Run at normal priority, the
+/// checkpoint thread took the JavaScript thread's core often enough to raise the event-loop stall
+/// p99 during (b) from ~2.6 to ~3.6 ms (5.4 ms at worst); at idle priority it stays at ~2.7 ms.
+/// Should it be starved, the writer's inline checkpoint still bounds the WAL.
+fn run_when_idle() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sets the scheduling policy of the calling thread (pid 0), lowering it, which
+        // needs no privilege. On failure the thread keeps its normal priority.
+        unsafe {
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        }
     }
 }
 
