@@ -73,9 +73,14 @@ describe('the inspector page', () => {
       await page.waitForSelector('#runs [data-run-id="run_inspected"]');
       await page.waitForFunction((count) => document.querySelectorAll('#timeline [data-seq]').length === count, n);
       expect(await page.textContent('#run-title')).toContain('run_inspected');
-      expect(await page.getAttribute('#steps [data-step-path="plan"]', 'data-status')).toBe('completed');
+      // The state (steps, bars) is drawn from /state, fetched apart from the events: if that first
+      // fetch fails, the events still arrive by the stream and the state is drawn from a later
+      // fetch. So these wait for it (up to 10 s) instead of reading at once (`locator.count()`
+      // does not wait).
+      await page.waitForSelector('#steps [data-step-path="plan"][data-status="completed"]', { timeout: 10_000 });
+      await page.waitForFunction(() => document.querySelectorAll('#bars-models .bar').length === 4, undefined, { timeout: 10_000 });
       expect(await page.locator('#bars-models .bar').count()).toBe(4);
-      expect(await page.locator('#bars-steps .bar').count()).toBeGreaterThanOrEqual(3);
+      await page.waitForFunction(() => document.querySelectorAll('#bars-steps .bar').length >= 3, undefined, { timeout: 10_000 });
       await page.waitForFunction(() => document.querySelector('#live-indicator')?.textContent?.includes('live'));
 
       // Live: an event appended now appears without a reload.
