@@ -146,6 +146,19 @@ describe.each(worldKinds)('artifacts on %s', (_name, makeWorld) => {
     expect((await listEvents(world, 'run_inline_retry')).length).toBe(1);
   });
 
+  it('hands each read its own bytes: changing them changes nothing stored', async () => {
+    const world = makeWorld();
+    for (const size of [11, 3 * 1024 * 1024]) {
+      const payload = Buffer.alloc(size, 0x68);
+      const m = await writeArtifact(world, { ...base, contentType: 'application/octet-stream', encoding: 'bytes', payload });
+      const first = (await readArtifact(world, m.artifactRef)).payload as Buffer;
+      first[0] = 0x4a;
+      first[size - 1] = 0x4a;
+      const second = (await readArtifact(world, m.artifactRef)).payload as Buffer;
+      expect(Buffer.compare(second, payload)).toBe(0);
+    }
+  });
+
   it('writes, reads and verifies a 64 MiB artifact', async () => {
     const world = makeWorld();
     const payload = Buffer.alloc(64 * 1024 * 1024);

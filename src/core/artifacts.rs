@@ -240,15 +240,17 @@ impl ArtifactStore {
         let payload = payload_bytes(&meta, data)?;
         match &self.backend {
             Backend::Memory(map) => {
-                let bytes = payload.bytes();
-                let sha = ids::sha256_tagged(bytes);
+                // Copied before hashing, so the hash describes the stored bytes even if the
+                // caller's buffer changes meanwhile.
+                let bytes = payload.bytes().to_vec();
+                let sha = ids::sha256_tagged(&bytes);
                 let id = artifact_id(&meta, &sha);
                 let mut map = map.lock().expect("artifact map");
                 if let Some((m, _)) = map.get(&id) {
                     return Ok(m.clone());
                 }
                 let manifest = new_manifest(&meta, id.clone(), sha, bytes.len() as u64);
-                map.insert(id, (manifest.clone(), Arc::new(bytes.to_vec())));
+                map.insert(id, (manifest.clone(), Arc::new(bytes)));
                 Ok(manifest)
             }
             Backend::Local { dir, blobs } => self.write_local(dir, blobs, &meta, payload),
@@ -331,7 +333,9 @@ impl ArtifactStore {
                 .lock()
                 .expect("artifact map")
                 .get(id)
-                .map(|(m, b)| (m.clone(), Bytes::Shared(b.clone())))
+                // A copy: JavaScript may write into the buffer it is handed, and the stored bytes
+                // must not change with it.
+                .map(|(m, b)| (m.clone(), Bytes::Owned(b.to_vec())))
                 .ok_or_else(|| not_found(id)),
             Backend::Local { dir, blobs } => {
                 let manifest = load_manifest(dir, id)?;

@@ -1,19 +1,15 @@
-//! Bytes handed to a caller without another copy: shared with the in-memory artifact store, or
-//! the buffer a blob was just read into.
+//! Bytes a caller owns: the buffer a blob was just read into, handed on without another copy.
 
 use std::ops::Deref;
-use std::sync::Arc;
 
 /// Buffers at least this large are fresh anonymous pages rather than heap memory.
 const MAP_AT: usize = 1024 * 1024;
 
-/// A read's bytes.
+/// A read's bytes, owned by the reader alone (JavaScript may write into them).
 pub enum Bytes {
-    /// Shared with whoever else holds them (the in-memory artifact store).
-    Shared(Arc<Vec<u8>>),
-    /// Owned: a small buffer.
+    /// A small buffer.
     Owned(Vec<u8>),
-    /// Owned: a large buffer of pages mapped for it alone.
+    /// A large buffer of pages mapped for it alone.
     Mapped(memmap2::MmapMut),
 }
 
@@ -34,19 +30,17 @@ impl Bytes {
         Ok(Bytes::Mapped(map))
     }
 
-    /// The bytes to write into; copies them first if they are shared.
+    /// The bytes to write into.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {
-            Bytes::Shared(v) => Arc::make_mut(v).as_mut_slice(),
             Bytes::Owned(v) => v.as_mut_slice(),
             Bytes::Mapped(m) => &mut m[..],
         }
     }
 
-    /// The bytes as a vector, copying only what is not already one of its own.
+    /// The bytes as a vector, copying only mapped ones.
     pub fn into_vec(self) -> Vec<u8> {
         match self {
-            Bytes::Shared(v) => Arc::try_unwrap(v).unwrap_or_else(|v| v.to_vec()),
             Bytes::Owned(v) => v,
             Bytes::Mapped(m) => m.to_vec(),
         }
@@ -58,7 +52,6 @@ impl Deref for Bytes {
 
     fn deref(&self) -> &[u8] {
         match self {
-            Bytes::Shared(v) => v,
             Bytes::Owned(v) => v,
             Bytes::Mapped(m) => m,
         }
@@ -89,15 +82,5 @@ mod tests {
             assert_eq!(v.len(), len);
             assert!(v.iter().enumerate().all(|(i, &x)| x == (i % 251) as u8));
         }
-    }
-
-    #[test]
-    fn shared_bytes_are_copied_before_they_are_written() {
-        let held = Arc::new(vec![1u8, 2, 3]);
-        let mut b = Bytes::Shared(held.clone());
-        b.as_mut_slice()[0] = 9;
-        assert_eq!(&*held, &[1, 2, 3]);
-        assert_eq!(&*b, &[9, 2, 3]);
-        assert_eq!(Bytes::Shared(Arc::new(vec![4, 5])).into_vec(), vec![4, 5]);
     }
 }
