@@ -84,20 +84,55 @@ impl Pool {
         work: impl FnOnce() -> Result<Output> + Send + 'static,
     ) {
         self.spawn(move || {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| {
-                Err(crate::core::error::WorldError::RuntimeIntegrity {
-                    reason: format!("internal error: {}", panic_message(&p)),
-                })
-            });
+            let out =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| Err(panic_error(p)));
             completer.complete(vec![(ticket, out)]);
         });
     }
 }
 
+/// What a caught panic becomes: a `RuntimeIntegrity` error naming the panic's message. It takes
+/// the box itself: a `&Box<dyn Any>` would coerce to a `&dyn Any` of the box, whose message
+/// cannot be read (the pool's jobs once reported only "a thread panicked" that way).
+pub fn panic_error(p: Box<dyn std::any::Any + Send>) -> crate::core::error::WorldError {
+    crate::core::error::WorldError::RuntimeIntegrity {
+        reason: format!("internal error: {}", panic_message(&*p)),
+    }
+}
+
 /// The message of a caught panic.
-pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a thread panicked".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    struct Collect(Mutex<Vec<(Ticket, Result<Output>)>>, crossbeam_channel::Sender<()>);
+
+    impl Completer for Collect {
+        fn complete(&self, done: Vec<(Ticket, Result<Output>)>) {
+            self.0.lock().unwrap().extend(done);
+            let _ = self.1.send(());
+        }
+    }
+
+    #[test]
+    fn a_panicking_job_completes_with_its_panic_message() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let collect = Arc::new(Collect(Mutex::new(Vec::new()), tx));
+        Pool::global().run(collect.clone(), 7, || panic!("the job broke: {}", 42));
+        rx.recv().unwrap();
+        let done = collect.0.lock().unwrap();
+        let (ticket, out) = &done[0];
+        assert_eq!(*ticket, 7);
+        let err = out.as_ref().unwrap_err();
+        assert_eq!(err.code(), "RUNTIME_INTEGRITY");
+        assert!(err.to_string().contains("the job broke: 42"), "{err}");
+    }
 }

@@ -22,7 +22,7 @@ use crate::core::ids;
 use crate::core::locks::Locks;
 use crate::core::materialize::{self, pricing::Pricing};
 use crate::core::outer_loop::OuterLoops;
-use crate::core::runtime::{panic_message, Completer, Output, Pool, Ticket, THREAD_STACK};
+use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket, THREAD_STACK};
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::sqlite::{self, Durability};
 use crate::core::store::{LogReader, LogWriter};
@@ -500,7 +500,7 @@ fn prep_loop(
             PrepMsg::Append(ticket, req) => {
                 let prepared =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| events::prepare(req, artifacts)))
-                        .unwrap_or_else(|p| Err(internal(&*p)));
+                        .unwrap_or_else(|p| Err(panic_error(p)));
                 match prepared {
                     Ok(p) => {
                         let _ = tx.send(WriteMsg::Append(ticket, p));
@@ -560,7 +560,7 @@ fn writer_loop(
                 events::commit_batch(&mut *writer, &batch, &recorded_at)
             }))
             .unwrap_or_else(|p| {
-                let e = internal(&*p);
+                let e = panic_error(p);
                 batch.iter().map(|_| Err(e.clone())).collect()
             });
             let done = tickets
@@ -593,12 +593,6 @@ fn next_message(rx: &Receiver<WriteMsg>, spin: bool) -> Option<WriteMsg> {
             Err(crossbeam_channel::TryRecvError::Empty) if std::time::Instant::now() < until => std::hint::spin_loop(),
             Err(crossbeam_channel::TryRecvError::Empty) => return rx.recv().ok(),
         }
-    }
-}
-
-fn internal(p: &(dyn std::any::Any + Send)) -> WorldError {
-    WorldError::RuntimeIntegrity {
-        reason: format!("internal error: {}", panic_message(p)),
     }
 }
 

@@ -112,13 +112,7 @@ pub fn list_packed_parallel(
             .spawn_scoped(scope, || list_packed(reader, run_id, mid, Some(end - mid)))
             .map_err(|e| WorldError::io("starting a reader thread", None, e));
         let first = list_packed(reader, run_id, after, Some(mid - after));
-        let second = second.and_then(|h| {
-            h.join().unwrap_or_else(|p| {
-                Err(WorldError::RuntimeIntegrity {
-                    reason: format!("internal error: {}", crate::core::runtime::panic_message(&*p)),
-                })
-            })
-        });
+        let second = second.and_then(|h| h.join().unwrap_or_else(|p| Err(crate::core::runtime::panic_error(p))));
         (first, second)
     });
     Ok(vec![first?, second?])

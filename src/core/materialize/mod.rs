@@ -711,9 +711,7 @@ pub fn fold_stored(reader: &dyn crate::core::store::LogReader, run_id: &str, pri
         let folded = rx.iter().try_for_each(|batch| batch?.fold_into(&mut fold));
         // On an error the receiver goes first, so the reading thread stops at its next batch.
         drop(rx);
-        reading.join().map_err(|p| WorldError::RuntimeIntegrity {
-            reason: format!("internal error: {}", crate::core::runtime::panic_message(&*p)),
-        })?;
+        reading.join().map_err(crate::core::runtime::panic_error)?;
         folded
     })?;
     Ok(fold.state_json())
