@@ -27,7 +27,7 @@ use std::fs::{self, File};
 use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 
 /// The scheme of an artifact reference string.
 pub const REF_PREFIX: &str = "artifact://";
@@ -200,7 +200,7 @@ pub struct ArtifactStore {
 }
 
 /// An artifact kept in memory: its manifest and its bytes.
-type Stored = (Manifest, Arc<Vec<u8>>);
+type Stored = (Manifest, Vec<u8>);
 
 enum Backend {
     Local { dir: PathBuf, blobs: PathBuf },
@@ -250,7 +250,7 @@ impl ArtifactStore {
                     return Ok(m.clone());
                 }
                 let manifest = new_manifest(&meta, id.clone(), sha, bytes.len() as u64);
-                map.insert(id, (manifest.clone(), Arc::new(bytes)));
+                map.insert(id, (manifest.clone(), bytes));
                 Ok(manifest)
             }
             Backend::Local { dir, blobs } => self.write_local(dir, blobs, &meta, payload),

@@ -1,4 +1,5 @@
 use super::*;
+use std::sync::Arc;
 
 fn meta(encoding: Encoding) -> NewArtifact {
     NewArtifact {
