@@ -200,7 +200,7 @@ impl Checkpointer {
 
 /// Let the calling thread run only when no other thread wants the CPU. Run at normal priority, the
 /// checkpoint thread took the JavaScript thread's core often enough to raise the event-loop stall
-/// p99 during (b) from ~2.6 to ~3.6 ms (5.4 ms at worst); at idle priority it stays at ~2.7 ms.
+/// p99 during (b) from ~2.6 to ~3.6 ms (5.4 ms at worst); at idle priority, 2.7-3.2 ms in A/B runs.
 /// Should it be starved, the writer's inline checkpoint still bounds the WAL.
 fn run_when_idle() {
     #[cfg(target_os = "linux")]
