@@ -144,17 +144,26 @@ fn virtual_world_keeps_the_same_rules() {
         draft: None,
     };
     world.append(5, large_invalid).unwrap();
-    world.append(6, invalid()).unwrap();
+    // While the large one is in flight this one goes through the prep thread too; if the prep
+    // thread has already refused it, nothing is in flight and it is refused here, at once.
+    let at_once = match world.append(6, invalid()) {
+        Ok(()) => false,
+        Err(e) => {
+            assert_eq!(e.code(), "EVENT_VALIDATION");
+            true
+        }
+    };
     world.append(3, append("run_v", 3)).unwrap();
-    let mut done = wait_all(&rx, 3);
+    let mut done = wait_all(&rx, if at_once { 2 } else { 3 });
     done.sort_by_key(|(t, _)| *t);
     assert_eq!(
         json_of(done.remove(0).1)["sequence"],
         2,
         "the refused appends consumed no sequence"
     );
-    assert_eq!(done.remove(0).1.unwrap_err().code(), "EVENT_VALIDATION");
-    assert_eq!(done.remove(0).1.unwrap_err().code(), "EVENT_VALIDATION");
+    for (_, refused) in done {
+        assert_eq!(refused.unwrap_err().code(), "EVENT_VALIDATION");
+    }
     assert_eq!(world.append(4, append("bad id", 0)).unwrap_err().code(), "WORLD_PATH");
 }
 
