@@ -362,7 +362,7 @@ impl ArtifactStore {
                         reason: format!("sizeBytes is {} but the blob holds {len} bytes", manifest.size_bytes),
                     });
                 }
-                let mut bytes = Bytes::zeroed(len as usize)
+                let mut bytes = Bytes::to_fill(len as usize)
                     .map_err(|e| WorldError::io("allocating a buffer for a blob", Some(blob_path.clone()), e))?;
                 let digest = read_hashed(&mut file, bytes.as_mut_slice())
                     .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?;
