@@ -557,7 +557,7 @@ fn writer_loop(
         if !batch.is_empty() {
             let recorded_at = clock::now_iso();
             let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                events::commit_batch(&mut *writer, &batch, &recorded_at)
+                events::commit_batch(&mut *writer, &mut batch, &recorded_at)
             }))
             .unwrap_or_else(|p| {
                 let e = panic_error(p);

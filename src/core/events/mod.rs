@@ -51,7 +51,13 @@ pub struct AppendRequest {
 pub struct PreparedAppend {
     pub run_id: String,
     pub event_type: String,
-    pub payload: String,
+    /// The envelope's canonical text from its `{` through the payload, with a placeholder for the
+    /// event id (it depends on the sequence); the writer fills it in at
+    /// [`PreparedAppend::id_at`] and appends the rest (see [`EnvelopeFields::write_tail`]), so a
+    /// payload is never copied again after canonicalization. Room for the rest is reserved.
+    pub head: String,
+    /// Where the event id goes in `head`.
+    pub id_at: usize,
     pub key: Option<String>,
     pub digest: Option<String>,
     /// For a run-event terminal: the node it ends, or `""` when it ends the run (or session).
@@ -79,6 +85,13 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     }
     let run = req.run_id.clone();
     let run = run.as_str();
+    // What the envelope will take, at least (canonical JSON is rarely longer than its input).
+    let capacity = req.payload_json.len()
+        + req.strings.iter().map(String::len).sum::<usize>()
+        + 2 * req.run_id.len()
+        + 2 * req.event_type.len()
+        + 2 * req.key.as_ref().map_or(0, String::len)
+        + 256;
     let mut payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
     if !req.strings.is_empty() {
         put_strings_back(&mut payload, std::mem::take(&mut req.strings)).map_err(|e| e.for_run(run))?;
@@ -119,21 +132,66 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     }
     check_payload(&req.event_type, &payload, artifacts).map_err(|e| e.for_run(run))?;
     offload_large_values(&req.event_type, &mut payload, run, artifacts)?;
-    let canonical = canonical::to_string(&Value::Object(payload));
+    let mut text = Vec::with_capacity(capacity);
+    EnvelopeFields {
+        event_id: EVENT_ID_PLACEHOLDER,
+        run_id: &req.run_id,
+        sequence: 0,
+        event_type: &req.event_type,
+        key: req.key.as_deref(),
+        digest: req.key.as_ref().map(|_| DIGEST_PLACEHOLDER),
+        recorded_at: "",
+    }
+    .write_head(&mut text);
+    // The head ends `…"<digest>","eventId":"<event id>","payload":` (the digest only if keyed).
+    let id_at = text.len() - "\",\"payload\":".len() - EVENT_ID_PLACEHOLDER.len();
+    let digest_at = id_at - "\",\"eventId\":\"".len() - DIGEST_PLACEHOLDER.len();
+    let payload_at = text.len();
+    canonical::write_value(&Value::Object(payload), &mut text);
+    // Only valid UTF-8 was written: string contents are copied whole from `&str`s.
+    let mut head = String::from_utf8(text).expect("canonical JSON is UTF-8");
+    let canonical = &head[payload_at..];
     let digest = req
         .key
         .as_ref()
-        .map(|_| ids::request_digest(&req.run_id, &req.event_type, &canonical));
-    let id_prefix = ids::event_id_prefix(&req.run_id, &canonical);
+        .map(|_| ids::request_digest(&req.run_id, &req.event_type, canonical));
+    let id_prefix = ids::event_id_prefix(&req.run_id, canonical);
+    if let Some(d) = &digest {
+        fill_placeholder(&mut head, digest_at, DIGEST_PLACEHOLDER, d);
+    }
     Ok(PreparedAppend {
         run_id: req.run_id,
         event_type: req.event_type,
-        payload: canonical,
+        head,
+        id_at,
         id_prefix,
         key: req.key,
         digest,
         terminal,
     })
+}
+
+impl PreparedAppend {
+    /// The canonical payload, as prepared.
+    pub fn payload(&self) -> &str {
+        &self.head[self.id_at + EVENT_ID_PLACEHOLDER.len() + "\",\"payload\":".len()..]
+    }
+}
+
+/// Stands for an event id (`evt_` and 16 hex digits) in a prepared head.
+const EVENT_ID_PLACEHOLDER: &str = "evt_0000000000000000";
+
+/// Stands for a request digest (`sha256:` and 64 hex digits) in a prepared head.
+const DIGEST_PLACEHOLDER: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Write `with` over `placeholder`, which `text` holds at `at`; both are ASCII of one length.
+fn fill_placeholder(text: &mut str, at: usize, placeholder: &str, with: &str) {
+    assert!(
+        with.is_ascii() && with.len() == placeholder.len() && text.get(at..at + with.len()) == Some(placeholder),
+        "a placeholder is filled with what it stands for"
+    );
+    // SAFETY: ASCII bytes replace ASCII bytes, so `text` stays UTF-8.
+    unsafe { text.as_bytes_mut()[at..at + with.len()].copy_from_slice(with.as_bytes()) };
 }
 
 /// The node a run-event terminal ends, or `""` for the end of the run (or session).
@@ -301,13 +359,18 @@ pub type AppendOutcome = Result<String>;
 ///
 /// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
 /// commit), every append of the group gets that error and nothing of the group is stored.
-pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], recorded_at: &str) -> Vec<AppendOutcome> {
+pub fn commit_batch(writer: &mut dyn LogWriter, batch: &mut [PreparedAppend], recorded_at: &str) -> Vec<AppendOutcome> {
+    // Each envelope is finished in its prepared head (taken here; nothing commits a batch twice).
+    let mut heads: Vec<String> = batch.iter_mut().map(|item| std::mem::take(&mut item.head)).collect();
+    let batch: &[PreparedAppend] = batch;
     if let [item] = batch {
         // A group of one is its own transaction: rolling that back undoes exactly this append,
         // so it needs no savepoint of its own.
+        let mut head = heads.pop();
         let mut envelope = None;
         let result = writer.transaction(&mut |tx| {
-            envelope = Some(append_one(tx, &mut HashMap::new(), item, recorded_at)?);
+            let head = head.take().expect("a transaction body runs once");
+            envelope = Some(append_one(tx, &mut HashMap::new(), item, head, recorded_at)?);
             Ok(())
         });
         return vec![result.map(|()| envelope.take().expect("a committed append has its envelope"))];
@@ -316,7 +379,7 @@ pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], record
     let result = writer.transaction(&mut |tx| {
         outcomes.clear();
         let mut next: HashMap<&str, Cursor> = HashMap::new();
-        for item in batch {
+        for (item, head) in batch.iter().zip(heads.drain(..)) {
             // An append that writes one row needs no savepoint (which would cost a copy of every
             // page it touches): all before its insert only reads, and a refused insert changes
             // nothing. A failure of the store itself ends the whole group instead, since SQLite
@@ -325,7 +388,7 @@ pub fn commit_batch(writer: &mut dyn LogWriter, batch: &[PreparedAppend], record
             if !one_row {
                 tx.savepoint()?;
             }
-            match append_one(tx, &mut next, item, recorded_at) {
+            match append_one(tx, &mut next, item, head, recorded_at) {
                 Ok(envelope) => {
                     if !one_row {
                         tx.release()?;
@@ -360,6 +423,7 @@ fn append_one<'b>(
     tx: &mut dyn LogTx,
     next: &mut HashMap<&'b str, Cursor>,
     item: &'b PreparedAppend,
+    head: String,
     recorded_at: &str,
 ) -> Result<String> {
     let run = item.run_id.as_str();
@@ -405,7 +469,9 @@ fn append_one<'b>(
     }
     let sequence = cursor.last + 1;
     let event_id = ids::event_id_finish(&item.id_prefix, sequence, &item.event_type);
-    let envelope = EnvelopeFields {
+    let mut envelope = head;
+    fill_placeholder(&mut envelope, item.id_at, EVENT_ID_PLACEHOLDER, &event_id);
+    let fields = EnvelopeFields {
         event_id: &event_id,
         run_id: run,
         sequence,
@@ -413,8 +479,9 @@ fn append_one<'b>(
         key: item.key.as_deref(),
         digest: item.digest.as_deref(),
         recorded_at,
-    }
-    .to_json(&item.payload);
+    };
+    // SAFETY: the tail is ASCII and the UTF-8 of `&str`s, so `envelope` stays UTF-8.
+    fields.write_tail(unsafe { envelope.as_mut_vec() });
     tx.insert(&RowRef {
         run_id: run,
         sequence,
@@ -485,15 +552,6 @@ impl EnvelopeFields<'_> {
         out.extend_from_slice(b",\"type\":");
         write_str(self.event_type, out);
         out.push(b'}');
-    }
-
-    /// The envelope's canonical JSON around `canonical_payload`.
-    pub fn to_json(&self, canonical_payload: &str) -> String {
-        let mut out = Vec::with_capacity(canonical_payload.len() + 256);
-        self.write_head(&mut out);
-        out.extend_from_slice(canonical_payload.as_bytes());
-        self.write_tail(&mut out);
-        String::from_utf8(out).expect("envelope is UTF-8")
     }
 }
 

@@ -54,7 +54,7 @@ fn backends() -> Vec<Backend> {
 #[test]
 fn sequences_are_dense_per_run_and_rejections_consume_none() {
     for (mut w, r, _dir) in backends() {
-        let batch: Vec<PreparedAppend> = (0..10)
+        let mut batch: Vec<PreparedAppend> = (0..10)
             .map(|i| {
                 prep(req(
                     if i % 2 == 0 { "run_a" } else { "run_b" },
@@ -65,7 +65,7 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
                 .unwrap()
             })
             .collect();
-        let out = commit_batch(&mut *w, &batch, "2026-01-01T00:00:00.000Z");
+        let out = commit_batch(&mut *w, &mut batch, "2026-01-01T00:00:00.000Z");
         assert!(out.iter().all(|o| o.is_ok()));
         // A keyed conflict in the middle of a group is rolled back alone.
         let first = prep(req(
@@ -83,7 +83,7 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
         ))
         .unwrap();
         let after = prep(req("run_a", "StepStarted", json!({"stepPath": "z"}), None)).unwrap();
-        let out = commit_batch(&mut *w, &[first, conflict, after], "2026-01-01T00:00:01.000Z");
+        let out = commit_batch(&mut *w, &mut [first, conflict, after], "2026-01-01T00:00:01.000Z");
         assert!(out[0].is_ok());
         assert_eq!(out[1].as_ref().unwrap_err().code(), "EVENT_APPEND_IDEMPOTENCY_CONFLICT");
         let after: serde_json::Value = serde_json::from_str(out[2].as_ref().unwrap()).unwrap();
@@ -110,11 +110,11 @@ fn idempotent_retry_returns_the_stored_envelope() {
             ))
             .unwrap()
         };
-        let a = commit_batch(&mut *w, &[make()], "2026-01-01T00:00:00.000Z")
+        let a = commit_batch(&mut *w, &mut [make()], "2026-01-01T00:00:00.000Z")
             .remove(0)
             .unwrap();
         // Same key twice in one group, and again later with another clock: all identical.
-        let b = commit_batch(&mut *w, &[make(), make()], "2026-01-02T00:00:00.000Z");
+        let b = commit_batch(&mut *w, &mut [make(), make()], "2026-01-02T00:00:00.000Z");
         assert_eq!(b[0].as_ref().unwrap(), &a);
         assert_eq!(b[1].as_ref().unwrap(), &a);
         let env: serde_json::Value = serde_json::from_str(&a).unwrap();
@@ -235,9 +235,9 @@ fn payload_is_stored_canonical_and_ids_match() {
         None,
     ))
     .unwrap();
-    assert_eq!(p.payload, "{\"a\":\"\u{e9}\",\"b\":1,\"\u{1F600}\":2,\"\u{E000}\":1}");
+    assert_eq!(p.payload(), "{\"a\":\"\u{e9}\",\"b\":1,\"\u{1F600}\":2,\"\u{E000}\":1}");
     let mut mem = MemoryLog::new();
-    let env = commit_batch(&mut mem, &[p], "2026-01-01T00:00:00.000Z")
+    let env = commit_batch(&mut mem, &mut [p], "2026-01-01T00:00:00.000Z")
         .remove(0)
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&env).unwrap();
@@ -248,10 +248,10 @@ fn payload_is_stored_canonical_and_ids_match() {
 #[test]
 fn shape_check_finds_holes_and_tampering() {
     let mut mem = MemoryLog::new();
-    let batch: Vec<_> = (0..3)
+    let mut batch: Vec<_> = (0..3)
         .map(|i| prep(req("run_s", "x", json!({"i": i}), None)).unwrap())
         .collect();
-    let envs: Vec<serde_json::Value> = commit_batch(&mut mem, &batch, "2026-01-01T00:00:00.000Z")
+    let envs: Vec<serde_json::Value> = commit_batch(&mut mem, &mut batch, "2026-01-01T00:00:00.000Z")
         .into_iter()
         .map(|e| serde_json::from_str(&e.unwrap()).unwrap())
         .collect();
@@ -277,7 +277,7 @@ fn strings_sent_beside_the_payload_take_their_placeholders_exactly_once() {
         &["zero", "one"],
     )
     .unwrap();
-    assert_eq!(p.payload, r#"{"\u0000k":"short","a":["one",{"b":"zero"}]}"#);
+    assert_eq!(p.payload(), r#"{"\u0000k":"short","a":["one",{"b":"zero"}]}"#);
     // The same event as one whose strings were inline: same canonical payload, same id.
     let inline = prep(req(
         "run_s",
@@ -286,14 +286,14 @@ fn strings_sent_beside_the_payload_take_their_placeholders_exactly_once() {
         None,
     ))
     .unwrap();
-    assert_eq!(p.payload, inline.payload);
+    assert_eq!(p.payload(), inline.payload());
     assert_eq!(
         ids::event_id_finish(&p.id_prefix, 1, "custom.fact"),
         ids::event_id_finish(&inline.id_prefix, 1, "custom.fact")
     );
     // Without strings beside it, a string starting with U+0000 is the caller's own.
     let own = prep(req("run_s", "custom.fact", json!({"a": "\u{0}0"}), None)).unwrap();
-    assert_eq!(own.payload, r#"{"a":"\u00000"}"#);
+    assert_eq!(own.payload(), r#"{"a":"\u00000"}"#);
     for (payload, strings) in [
         (json!({"a": "\u{0}0", "b": "\u{0}0"}), &["x"][..]), // used twice
         (json!({"a": "\u{0}0"}), &["x", "y"][..]),           // one left over
@@ -302,5 +302,46 @@ fn strings_sent_beside_the_payload_take_their_placeholders_exactly_once() {
     ] {
         let e = beside(payload.clone(), strings).unwrap_err();
         assert_eq!(e.code(), "RUNTIME_INTEGRITY", "{payload} {strings:?}: {e}");
+    }
+}
+
+#[test]
+fn envelopes_finished_in_their_prepared_heads_are_the_canonical_json_of_their_fields() {
+    // Keyed and keyless, in groups of one and of several, with a payload that needs escaping and
+    // sorting: each committed envelope is byte for byte the canonical JSON of its own fields, its
+    // id and digest are the ones computed from its content, and the payload is the prepared one.
+    for (mut w, _r, _dir) in backends() {
+        for group in [1usize, 3] {
+            let mut batch: Vec<PreparedAppend> = (0..group)
+                .map(|i| {
+                    let payload = json!({"z": "tab\there \"q\" é 😀", "a": [1.5, -0.0, 1e21], "i": i, "stepPath": "s"});
+                    let key = (i % 2 == 0).then(|| format!("key-{group}-{i}"));
+                    prep(req("run_h", "StepStarted", payload, key.as_deref())).unwrap()
+                })
+                .collect();
+            let payloads: Vec<String> = batch.iter().map(|p| p.payload().to_string()).collect();
+            let out = commit_batch(&mut *w, &mut batch, "2026-01-01T00:00:00.000Z");
+            for ((o, item), payload) in out.into_iter().zip(&batch).zip(&payloads) {
+                let text = o.unwrap();
+                let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(text, serde_json_canonicalizer::to_string(&value).unwrap());
+                assert_eq!(canonical::to_string(&value["payload"]), *payload);
+                let seq = value["sequence"].as_u64().unwrap();
+                assert_eq!(
+                    value["eventId"],
+                    ids::event_id_finish(&item.id_prefix, seq, "StepStarted")
+                );
+                match &item.key {
+                    Some(k) => {
+                        assert_eq!(value["appendIdempotencyKey"], k.as_str());
+                        assert_eq!(
+                            value["canonicalRequestDigest"],
+                            ids::request_digest("run_h", "StepStarted", payload).as_str()
+                        );
+                    }
+                    None => assert!(value.get("canonicalRequestDigest").is_none()),
+                }
+            }
+        }
     }
 }
