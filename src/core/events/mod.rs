@@ -145,7 +145,6 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     .write_head(&mut text);
     // The head ends `…"<digest>","eventId":"<event id>","payload":` (the digest only if keyed).
     let id_at = text.len() - "\",\"payload\":".len() - EVENT_ID_PLACEHOLDER.len();
-    let digest_at = id_at - "\",\"eventId\":\"".len() - DIGEST_PLACEHOLDER.len();
     let payload_at = text.len();
     canonical::write_value(&Value::Object(payload), &mut text);
     // Only valid UTF-8 was written: string contents are copied whole from `&str`s.
@@ -157,6 +156,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         .map(|_| ids::request_digest(&req.run_id, &req.event_type, canonical));
     let id_prefix = ids::event_id_prefix(&req.run_id, canonical);
     if let Some(d) = &digest {
+        let digest_at = id_at - "\",\"eventId\":\"".len() - DIGEST_PLACEHOLDER.len();
         fill_placeholder(&mut head, digest_at, DIGEST_PLACEHOLDER, d);
     }
     Ok(PreparedAppend {
