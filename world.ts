@@ -317,13 +317,13 @@ class OpenWorld implements World {
 
 function nativeOf(world: World): NativeWorld {
   const handle = natives.get(world);
-  if (!handle) throw new TypeError('expected a World returned by localWorld() or virtualWorld()');
+  if (!handle) invalid('world', 'must be a World returned by localWorld() or virtualWorld()');
   return handle;
 }
 
 function options<T extends object>(value: T | undefined, name: string): Partial<T> {
   if (value === undefined) return {};
-  if (!isPlainRecord(value)) throw new TypeError(`${name} must be an object`);
+  if (!isPlainRecord(value)) invalid(name, 'must be an object');
   return value;
 }
 
@@ -391,6 +391,14 @@ function invalid(path: string, message: string, runId?: string): never {
 }
 
 /**
+ * Refuse a string with a lone surrogate. Strings cross into the core as UTF-8, where a lone
+ * surrogate would silently become U+FFFD, so two different keys or names could become one.
+ */
+function wellFormed(path: string, value: string, runId?: string): void {
+  if (!value.isWellFormed()) invalid(path, 'contains a lone surrogate, which UTF-8 cannot carry exactly', runId);
+}
+
+/**
  * Append an event to a run's log. Resolves with the committed, deep-frozen envelope once its row
  * is committed (as durably as the world's `durability` says). A rejected append writes nothing
  * and consumes no sequence number.
@@ -405,8 +413,10 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
     if (!isPlainRecord(input)) invalid('input', 'must be an object with type and payload', runId);
     const { type, payload, appendIdempotencyKey } = input;
     if (typeof type !== 'string') invalid('type', 'must be a string', runId);
-    if (appendIdempotencyKey !== undefined && typeof appendIdempotencyKey !== 'string') {
-      invalid('appendIdempotencyKey', 'must be a string', runId);
+    wellFormed('type', type, runId);
+    if (appendIdempotencyKey !== undefined) {
+      if (typeof appendIdempotencyKey !== 'string') invalid('appendIdempotencyKey', 'must be a string', runId);
+      wellFormed('appendIdempotencyKey', appendIdempotencyKey, runId);
     }
     if (!isPlainRecord(payload)) invalid('payload', 'must be an object', runId);
     const beside: string[] = [];
@@ -616,6 +626,7 @@ export async function writeArtifact(world: World, input: WriteArtifactInput): Pr
   checkRunIdType(runId, 'input.runId');
   for (const [field, v] of [['stepPath', stepPath], ['name', name], ['contentType', contentType]] as const) {
     if (typeof v !== 'string') invalid(`input.${field}`, 'must be a string', runId as string);
+    wellFormed(`input.${field}`, v, runId as string);
   }
   let text: string | undefined;
   let bytes: Buffer | undefined;
@@ -648,7 +659,9 @@ export async function readArtifact(world: World, ref: string): Promise<ReadArtif
   if (typeof ref !== 'string') invalid('ref', 'must be a string');
   const [manifestJson, raw] = await call(() => handle.readArtifact(ref));
   const manifest = frozen<ArtifactManifest>(manifestJson);
-  const payload = manifest.encoding === 'json' ? JSON.parse(raw as string) : raw;
+  // A JSON payload is deep-frozen like every other value the world returns (a string is
+  // immutable already; a Buffer's bytes cannot be frozen).
+  const payload = manifest.encoding === 'json' ? frozen<unknown>(raw as string) : raw;
   return Object.freeze({ manifest, payload });
 }
 
@@ -938,6 +951,7 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
   let after = o.afterSequence ?? 0;
   if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
   const signal = o.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) invalid('signal', 'must be an AbortSignal');
   let set = wakers.get(world);
   if (!set) wakers.set(world, (set = new Set()));
   let wake: (() => void) | undefined;

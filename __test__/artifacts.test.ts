@@ -57,6 +57,11 @@ describe.each(worldKinds)('artifacts on %s', (_name, makeWorld) => {
         expect(Buffer.compare(read.payload as Buffer, Buffer.from(c.payload))).toBe(0);
       } else {
         expect(read.payload).toEqual(c.payload);
+        // A JSON payload is deep-frozen, as every value the world returns.
+        if (c.encoding === 'json' && typeof c.payload === 'object') {
+          expect(Object.isFrozen(read.payload)).toBe(true);
+          if ('b' in c.payload) expect(Object.isFrozen((read.payload as { b: unknown[] }).b)).toBe(true);
+        }
       }
       expect((await readArtifact(world, manifest.artifactId)).manifest).toEqual(manifest);
     }
@@ -78,6 +83,9 @@ describe.each(worldKinds)('artifacts on %s', (_name, makeWorld) => {
       [() => writeArtifact(world, { ...base, encoding: 'json', payload: { x: NaN } }), EventValidationError, 'input.payload.x'],
       [() => writeArtifact(world, { ...base, encoding: 'xml' as never, payload: '' }), EventValidationError, 'input.encoding'],
       [() => writeArtifact(world, { ...base, name: '', encoding: 'utf8', payload: '' }), EventValidationError, 'input.name'],
+      // A lone surrogate would reach the core as U+FFFD: 'x\ud800' and 'x\udc00' would be one artifact.
+      [() => writeArtifact(world, { ...base, name: 'x\ud800', encoding: 'utf8', payload: '' }), EventValidationError, 'input.name'],
+      [() => writeArtifact(world, { ...base, stepPath: 's\udc00', encoding: 'utf8', payload: '' }), EventValidationError, 'input.stepPath'],
       [() => readArtifact(world, 'artifact://nope'), EventValidationError, 'ref'],
     ];
     for (const [p, cls, path] of bad) {
@@ -144,6 +152,35 @@ describe.each(worldKinds)('artifacts on %s', (_name, makeWorld) => {
     const b = await appendEvent(world, 'run_inline_retry', { type: 'harness.tool_call.succeeded', payload: big, appendIdempotencyKey: 'r' });
     expect(b).toEqual(a);
     expect((await listEvents(world, 'run_inline_retry')).length).toBe(1);
+  });
+
+  it('stores no artifact for a large output whose append is refused', async () => {
+    const world = makeWorld();
+    // The id the world would give the spilled output (contract: JCS of the manifest's identity).
+    const wouldBe = (runId: string, stepPath: string, value: unknown) => {
+      const payloadHash = `sha256:${sha256hex(canonicalizeOracle(value) as string)}`;
+      const identity = { runId, stepPath, name: 'output', contentType: 'application/json', encoding: 'json', payloadHash };
+      return `artifact://art_${sha256hex(canonicalizeOracle(identity) as string).slice(0, 16)}`;
+    };
+    const first = { data: 'y'.repeat(300_000) };
+    const env = await appendEvent(world, 'run_spill', { type: 'StepCompleted', appendIdempotencyKey: 'k', payload: { stepPath: 's', output: first } });
+    expect(env.payload.outputRef).toBe(wouldBe('run_spill', 's', first));
+    expect((await readArtifact(world, env.payload.outputRef as string)).payload).toEqual(first);
+    // Same key, other content: an idempotency conflict, which must write nothing at all.
+    const other = { data: 'z'.repeat(300_000) };
+    const conflict = await rejection(
+      appendEvent(world, 'run_spill', { type: 'StepCompleted', appendIdempotencyKey: 'k', payload: { stepPath: 's', output: other } }),
+    );
+    expect(conflict.code).toBe('EVENT_APPEND_IDEMPOTENCY_CONFLICT');
+    expect((await rejection(readArtifact(world, wouldBe('run_spill', 's', other)))).code).toBe('ARTIFACT_NOT_FOUND');
+    // After the run's terminal event: refused, and nothing stored either.
+    const completed = { durationMs: 5, outputs: {}, totalCostMicrocents: 0, totalTokensUsed: { input: 1, output: 1 } };
+    await appendEvent(world, 'run_spill_end', { type: 'run:completed', payload: completed });
+    const late = { data: 'w'.repeat(300_000) };
+    const refused = await rejection(appendEvent(world, 'run_spill_end', { type: 'StepCompleted', payload: { stepPath: 's', output: late } }));
+    expect(refused.code).toBe('EVENT_VALIDATION');
+    expect((await rejection(readArtifact(world, wouldBe('run_spill_end', 's', late)))).code).toBe('ARTIFACT_NOT_FOUND');
+    expect((await listEvents(world, 'run_spill')).length).toBe(1);
   });
 
   it('hands each read its own bytes: changing them changes nothing stored', async () => {

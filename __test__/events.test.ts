@@ -9,7 +9,9 @@ import {
   EventLogCorruptError,
   EventValidationError,
   listEvents,
+  localWorld,
   validateEventLogShape,
+  virtualWorld,
   WorldClosedError,
   WorldError,
   WorldPathError,
@@ -242,6 +244,12 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
       ['run id not a string', () => appendEvent(world, 7 as never, { type: 'x', payload: {} }), WorldPathError, undefined],
       ['type not a string', () => appendEvent(world, 'run_bad', { type: 3 as never, payload: {} }), EventValidationError, 'type'],
       ['empty type', () => appendEvent(world, 'run_bad', { type: '', payload: {} }), EventValidationError, 'type'],
+      // Crossing into the core as UTF-8, a lone surrogate would become U+FFFD: two keys, one row.
+      ['lone surrogate in type', () => appendEvent(world, 'run_bad', { type: 'X\ud800', payload: {} }), EventValidationError, 'type'],
+      ['lone surrogate in key', () => appendEvent(world, 'run_bad', { type: 'x', appendIdempotencyKey: 'k\ud800', payload: {} }), EventValidationError, 'appendIdempotencyKey'],
+      ['not a world', () => appendEvent({} as never, 'run_bad', { type: 'x', payload: {} }), EventValidationError, 'world'],
+      ['options not an object', () => listEvents(world, 'run_bad', null as never), EventValidationError, 'listEvents options'],
+      ['options an array', () => listEvents(world, 'run_bad', [] as never), EventValidationError, 'listEvents options'],
     ];
     for (const [name, attempt, cls, path] of bad) {
       const err = await rejection(attempt());
@@ -271,6 +279,21 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
     expect(err).toBeInstanceOf(WorldClosedError);
     expect(err.code).toBe('WORLD_CLOSED');
     expect(await rejection(listEvents(world, 'run_c'))).toBeInstanceOf(WorldClosedError);
+  });
+});
+
+describe('opening a world', () => {
+  it('refuses options that are not an object with a typed error', () => {
+    for (const open of [() => localWorld('/tmp/x' as never), () => virtualWorld(7 as never)]) {
+      let err: unknown;
+      try {
+        open();
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(EventValidationError);
+      expect((err as WorldError).code).toBe('EVENT_VALIDATION');
+    }
   });
 });
 

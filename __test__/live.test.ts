@@ -38,6 +38,22 @@ describe('subscribe', () => {
     }
   });
 
+  it('refuses bad options with typed errors', async () => {
+    const world = track(virtualWorld());
+    for (const [opts, path] of [
+      [null, 'subscribe options'],
+      [{ signal: {} }, 'signal'],
+      [{ afterSequence: -1 }, 'afterSequence'],
+    ] as const) {
+      const err = await subscribe(world, 'run_s', opts as never).next().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err, path).toBeInstanceOf(lib.EventValidationError);
+      expect((err as lib.WorldError).path, path).toBe(path);
+    }
+  });
+
   it('ends when the world closes', async () => {
     const world = localWorld({ dataDir: tempDir() });
     await appendEvent(world, 'run_close', step(1));

@@ -418,15 +418,27 @@ impl Artifacts for ArtifactStore {
         }
     }
 
+    fn json_id(&self, run_id: &str, step_path: &str, name: &str, canonical_json: &str) -> String {
+        artifact_id(
+            &json_meta(run_id, step_path, name),
+            &ids::sha256_tagged(canonical_json.as_bytes()),
+        )
+    }
+
     fn store_json(&self, run_id: &str, step_path: &str, name: &str, canonical_json: String) -> Result<String> {
-        let meta = NewArtifact {
-            run_id: run_id.to_string(),
-            step_path: step_path.to_string(),
-            name: name.to_string(),
-            content_type: "application/json".to_string(),
-            encoding: Encoding::Json,
-        };
-        self.write(meta, Data::Canonical(canonical_json)).map(|m| m.artifact_id)
+        self.write(json_meta(run_id, step_path, name), Data::Canonical(canonical_json))
+            .map(|m| m.artifact_id)
+    }
+}
+
+/// What describes a large value an append moved into a `json` artifact.
+fn json_meta(run_id: &str, step_path: &str, name: &str) -> NewArtifact {
+    NewArtifact {
+        run_id: run_id.to_string(),
+        step_path: step_path.to_string(),
+        name: name.to_string(),
+        content_type: "application/json".to_string(),
+        encoding: Encoding::Json,
     }
 }
 

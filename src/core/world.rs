@@ -192,8 +192,9 @@ impl World {
         {
             let completer = completer.clone();
             let unsettled = unsettled.clone();
+            let artifacts = artifacts.clone();
             spawn("little-world-writer", move || {
-                writer_loop(write_rx, writer, &*completer, &unsettled)
+                writer_loop(write_rx, writer, &*artifacts, &*completer, &unsettled)
             });
         }
         World {
@@ -524,6 +525,7 @@ fn prep_loop(
 fn writer_loop(
     rx: Receiver<WriteMsg>,
     mut writer: Box<dyn LogWriter>,
+    artifacts: &ArtifactStore,
     completer: &dyn Completer,
     unsettled: &AtomicUsize,
 ) {
@@ -557,7 +559,7 @@ fn writer_loop(
         if !batch.is_empty() {
             let recorded_at = clock::now_iso();
             let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                events::commit_batch(&mut *writer, &mut batch, &recorded_at)
+                events::commit_batch(&mut *writer, artifacts, &mut batch, &recorded_at)
             }))
             .unwrap_or_else(|p| {
                 let e = panic_error(p);

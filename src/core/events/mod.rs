@@ -64,12 +64,31 @@ pub struct PreparedAppend {
     pub terminal: Option<String>,
     /// The event-id hash with the payload already absorbed (see [`ids::event_id_prefix`]).
     pub id_prefix: sha2::Sha256,
+    /// A large value the payload refers to instead of carrying it, stored by the writer only once
+    /// the append has passed every check against the stored rows, so that a refused append
+    /// (an idempotency conflict, a run already ended) leaves no artifact behind.
+    pub spill: Option<Spill>,
+}
+
+/// A large output, args or result moved out of a payload into a `json` artifact.
+#[derive(Debug, Clone)]
+pub struct Spill {
+    pub run_id: String,
+    pub step_path: String,
+    /// The field it was moved out of: the artifact's name.
+    pub name: &'static str,
+    /// Its canonical JSON.
+    pub text: String,
+    /// The artifact's id, which the payload's `…Ref` field already names.
+    pub artifact_id: String,
 }
 
 /// What the append rules need of the artifact store.
 pub trait Artifacts: Send + Sync {
     /// Whether `artifact_id` (`art_…`) is published in the world.
     fn artifact_exists(&self, artifact_id: &str) -> Result<bool>;
+    /// The id [`Artifacts::store_json`] gives this canonical JSON text, without storing it.
+    fn json_id(&self, run_id: &str, step_path: &str, name: &str, canonical_json: &str) -> String;
     /// Publish a canonical JSON text as a `json` artifact; returns its id.
     fn store_json(&self, run_id: &str, step_path: &str, name: &str, canonical_json: String) -> Result<String>;
 }
@@ -131,7 +150,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         .for_run(run));
     }
     check_payload(&req.event_type, &payload, artifacts).map_err(|e| e.for_run(run))?;
-    offload_large_values(&req.event_type, &mut payload, run, artifacts)?;
+    let spill = offload_large_values(&req.event_type, &mut payload, run, artifacts);
     let mut text = Vec::with_capacity(capacity);
     EnvelopeFields {
         event_id: EVENT_ID_PLACEHOLDER,
@@ -168,6 +187,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         key: req.key,
         digest,
         terminal,
+        spill,
     })
 }
 
@@ -319,13 +339,14 @@ fn scan_object<'v>(map: &'v Map<String, Value>, path: &mut JsonPath<'v>, artifac
     Ok(())
 }
 
-/// Store a large output, args or result as a `json` artifact and put its reference in its place.
+/// Put a reference to a `json` artifact in the place of a large output, args or result; the
+/// artifact itself is stored by the writer (see [`PreparedAppend::spill`]).
 fn offload_large_values(
     event_type: &str,
     payload: &mut Map<String, Value>,
     run_id: &str,
     artifacts: &dyn Artifacts,
-) -> Result<()> {
+) -> Option<Spill> {
     let text_of = |p: &Map<String, Value>, k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let (field, ref_field, step_path) = match event_type {
         "StepCompleted" => ("output", "outputRef", text_of(payload, "stepPath")),
@@ -336,19 +357,26 @@ fn offload_large_values(
             "resultRef",
             format!("tool_call/{}", text_of(payload, "callId")),
         ),
-        _ => return Ok(()),
+        _ => return None,
     };
-    let Some(value) = payload.get(field) else {
-        return Ok(());
-    };
+    let value = payload.get(field)?;
     let text = canonical::to_string(value);
     if text.len() < INLINE_LIMIT {
-        return Ok(());
+        return None;
     }
-    let id = artifacts.store_json(run_id, &step_path, field, text)?;
+    let artifact_id = artifacts.json_id(run_id, &step_path, field, &text);
     payload.remove(field);
-    payload.insert(ref_field.to_string(), Value::String(format!("artifact://{id}")));
-    Ok(())
+    payload.insert(
+        ref_field.to_string(),
+        Value::String(format!("artifact://{artifact_id}")),
+    );
+    Some(Spill {
+        run_id: run_id.to_string(),
+        step_path,
+        name: field,
+        text,
+        artifact_id,
+    })
 }
 
 /// Outcome of one append in a batch: the envelope's canonical JSON, or why it was refused.
@@ -359,7 +387,15 @@ pub type AppendOutcome = Result<String>;
 ///
 /// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
 /// commit), every append of the group gets that error and nothing of the group is stored.
-pub fn commit_batch(writer: &mut dyn LogWriter, batch: &mut [PreparedAppend], recorded_at: &str) -> Vec<AppendOutcome> {
+///
+/// `artifacts` stores the large values appends moved out of their payloads, each just before its
+/// row is inserted (so before the commit: an event never refers to an artifact not yet durable).
+pub fn commit_batch(
+    writer: &mut dyn LogWriter,
+    artifacts: &dyn Artifacts,
+    batch: &mut [PreparedAppend],
+    recorded_at: &str,
+) -> Vec<AppendOutcome> {
     // Each envelope is finished in its prepared head (taken here; nothing commits a batch twice).
     let mut heads: Vec<String> = batch.iter_mut().map(|item| std::mem::take(&mut item.head)).collect();
     let batch: &[PreparedAppend] = batch;
@@ -370,7 +406,7 @@ pub fn commit_batch(writer: &mut dyn LogWriter, batch: &mut [PreparedAppend], re
         let mut envelope = None;
         let result = writer.transaction(&mut |tx| {
             let head = head.take().expect("a transaction body runs once");
-            envelope = Some(append_one(tx, &mut HashMap::new(), item, head, recorded_at)?);
+            envelope = Some(append_one(tx, artifacts, &mut HashMap::new(), item, head, recorded_at)?);
             Ok(())
         });
         return vec![result.map(|()| envelope.take().expect("a committed append has its envelope"))];
@@ -383,12 +419,13 @@ pub fn commit_batch(writer: &mut dyn LogWriter, batch: &mut [PreparedAppend], re
             // An append that writes one row needs no savepoint (which would cost a copy of every
             // page it touches): all before its insert only reads, and a refused insert changes
             // nothing. A failure of the store itself ends the whole group instead, since SQLite
-            // may have rolled the transaction back under it.
-            let one_row = item.terminal.is_none();
+            // may have rolled the transaction back under it. An append that stores an artifact
+            // first has a savepoint, so that failing to store it fails that append alone.
+            let one_row = item.terminal.is_none() && item.spill.is_none();
             if !one_row {
                 tx.savepoint()?;
             }
-            match append_one(tx, &mut next, item, head, recorded_at) {
+            match append_one(tx, artifacts, &mut next, item, head, recorded_at) {
                 Ok(envelope) => {
                     if !one_row {
                         tx.release()?;
@@ -421,6 +458,7 @@ struct Cursor {
 
 fn append_one<'b>(
     tx: &mut dyn LogTx,
+    artifacts: &dyn Artifacts,
     next: &mut HashMap<&'b str, Cursor>,
     item: &'b PreparedAppend,
     head: String,
@@ -464,6 +502,18 @@ fn append_one<'b>(
                     canonical::string_literal(node)
                 ),
             )
+            .for_run(run));
+        }
+    }
+    if let Some(spill) = &item.spill {
+        let stored = artifacts.store_json(&spill.run_id, &spill.step_path, spill.name, spill.text.clone())?;
+        if stored != spill.artifact_id {
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!(
+                    "internal error: {} was stored as {stored}, not as the {} its event names",
+                    spill.name, spill.artifact_id
+                ),
+            }
             .for_run(run));
         }
     }

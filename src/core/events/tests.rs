@@ -8,6 +8,9 @@ impl Artifacts for NoArtifacts {
     fn artifact_exists(&self, id: &str) -> Result<bool> {
         Ok(id == "art_00000000000000aa")
     }
+    fn json_id(&self, _run: &str, _step: &str, _name: &str, _json: &str) -> String {
+        "art_00000000000000aa".into()
+    }
     fn store_json(&self, _run: &str, _step: &str, _name: &str, _json: String) -> Result<String> {
         Ok("art_00000000000000aa".into())
     }
@@ -65,7 +68,7 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
                 .unwrap()
             })
             .collect();
-        let out = commit_batch(&mut *w, &mut batch, "2026-01-01T00:00:00.000Z");
+        let out = commit_batch(&mut *w, &NoArtifacts, &mut batch, "2026-01-01T00:00:00.000Z");
         assert!(out.iter().all(|o| o.is_ok()));
         // A keyed conflict in the middle of a group is rolled back alone.
         let first = prep(req(
@@ -83,7 +86,12 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
         ))
         .unwrap();
         let after = prep(req("run_a", "StepStarted", json!({"stepPath": "z"}), None)).unwrap();
-        let out = commit_batch(&mut *w, &mut [first, conflict, after], "2026-01-01T00:00:01.000Z");
+        let out = commit_batch(
+            &mut *w,
+            &NoArtifacts,
+            &mut [first, conflict, after],
+            "2026-01-01T00:00:01.000Z",
+        );
         assert!(out[0].is_ok());
         assert_eq!(out[1].as_ref().unwrap_err().code(), "EVENT_APPEND_IDEMPOTENCY_CONFLICT");
         let after: serde_json::Value = serde_json::from_str(out[2].as_ref().unwrap()).unwrap();
@@ -110,11 +118,11 @@ fn idempotent_retry_returns_the_stored_envelope() {
             ))
             .unwrap()
         };
-        let a = commit_batch(&mut *w, &mut [make()], "2026-01-01T00:00:00.000Z")
+        let a = commit_batch(&mut *w, &NoArtifacts, &mut [make()], "2026-01-01T00:00:00.000Z")
             .remove(0)
             .unwrap();
         // Same key twice in one group, and again later with another clock: all identical.
-        let b = commit_batch(&mut *w, &mut [make(), make()], "2026-01-02T00:00:00.000Z");
+        let b = commit_batch(&mut *w, &NoArtifacts, &mut [make(), make()], "2026-01-02T00:00:00.000Z");
         assert_eq!(b[0].as_ref().unwrap(), &a);
         assert_eq!(b[1].as_ref().unwrap(), &a);
         let env: serde_json::Value = serde_json::from_str(&a).unwrap();
@@ -237,7 +245,7 @@ fn payload_is_stored_canonical_and_ids_match() {
     .unwrap();
     assert_eq!(p.payload(), "{\"a\":\"\u{e9}\",\"b\":1,\"\u{1F600}\":2,\"\u{E000}\":1}");
     let mut mem = MemoryLog::new();
-    let env = commit_batch(&mut mem, &mut [p], "2026-01-01T00:00:00.000Z")
+    let env = commit_batch(&mut mem, &NoArtifacts, &mut [p], "2026-01-01T00:00:00.000Z")
         .remove(0)
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&env).unwrap();
@@ -251,7 +259,7 @@ fn shape_check_finds_holes_and_tampering() {
     let mut batch: Vec<_> = (0..3)
         .map(|i| prep(req("run_s", "x", json!({"i": i}), None)).unwrap())
         .collect();
-    let envs: Vec<serde_json::Value> = commit_batch(&mut mem, &mut batch, "2026-01-01T00:00:00.000Z")
+    let envs: Vec<serde_json::Value> = commit_batch(&mut mem, &NoArtifacts, &mut batch, "2026-01-01T00:00:00.000Z")
         .into_iter()
         .map(|e| serde_json::from_str(&e.unwrap()).unwrap())
         .collect();
@@ -320,7 +328,7 @@ fn envelopes_finished_in_their_prepared_heads_are_the_canonical_json_of_their_fi
                 })
                 .collect();
             let payloads: Vec<String> = batch.iter().map(|p| p.payload().to_string()).collect();
-            let out = commit_batch(&mut *w, &mut batch, "2026-01-01T00:00:00.000Z");
+            let out = commit_batch(&mut *w, &NoArtifacts, &mut batch, "2026-01-01T00:00:00.000Z");
             for ((o, item), payload) in out.into_iter().zip(&batch).zip(&payloads) {
                 let text = o.unwrap();
                 let value: serde_json::Value = serde_json::from_str(&text).unwrap();

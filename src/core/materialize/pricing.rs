@@ -155,8 +155,9 @@ fn nano_per_mtok(usd: f64) -> std::result::Result<u64, String> {
         return Err("has more than 9 decimal places of a dollar per million tokens".into());
     }
     let digits: u128 = digits.parse().map_err(|_| "unreadable number".to_string())?;
-    let nano = digits
-        .checked_mul(10u128.pow(shift as u32))
+    let nano = 10u128
+        .checked_pow(shift as u32)
+        .and_then(|p| digits.checked_mul(p))
         .filter(|n| *n <= u64::MAX as u128)
         .ok_or_else(|| "is too large".to_string())?;
     Ok(nano as u64)
@@ -178,6 +179,10 @@ mod tests {
         assert_eq!(nano_per_mtok(1.25), Ok(1_250_000_000));
         assert_eq!(nano_per_mtok(0.075), Ok(75_000_000));
         assert_eq!(nano_per_mtok(0.0000001), Ok(100));
+        // Past 10^38 the power itself overflows u128; it must be refused, not wrap to $0.
+        for huge in [1e11, 1e38, 1e39, 1e119, 1e300, f64::MAX] {
+            assert_eq!(nano_per_mtok(huge), Err("is too large".to_string()), "{huge}");
+        }
         assert_eq!(nano_per_mtok(15.0), Ok(15_000_000_000));
         assert!(nano_per_mtok(0.0000000001).is_err());
         assert!(nano_per_mtok(-1.0).is_err());

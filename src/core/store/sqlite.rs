@@ -267,7 +267,20 @@ impl LogWriter for SqliteWriter {
             staged: Vec::new(),
             mark: 0,
         };
-        let result = body(&mut tx);
+        let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx))) {
+            Ok(result) => result,
+            Err(panic) => {
+                // Left open, the transaction would keep the database's write lock: every later
+                // append here, and every writer in other processes, would fail (after the busy
+                // timeout). Roll back, forget what this writer knew, and let the panic go on to
+                // the writer loop, which settles the group with it.
+                drop(tx);
+                let _ = self.exec("ROLLBACK", "rolling back");
+                self.tails.clear();
+                self.data_version = None;
+                std::panic::resume_unwind(panic);
+            }
+        };
         let staged = std::mem::take(&mut tx.staged);
         if let Err(e) = result {
             // Nothing of this transaction stays, so what was remembered before it still holds;
@@ -625,6 +638,38 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    #[test]
+    fn a_panic_inside_a_transaction_rolls_it_back_and_releases_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        commit_rows(&mut writer, "run_p", 0, 1);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = writer.transaction(&mut |tx| {
+                tx.insert(&RowRef {
+                    run_id: "run_p",
+                    sequence: 2,
+                    event_id: "evt_0000000000000000",
+                    event_type: "t",
+                    key: None,
+                    digest: None,
+                    recorded_at: "2026-01-01T00:00:00.000Z",
+                    envelope: "{}",
+                })?;
+                panic!("a bug in the middle of a group");
+            });
+        }));
+        assert!(panicked.is_err(), "the panic goes on to the caller");
+        // Nothing of the panicked transaction stays, and this writer can write again.
+        assert_eq!(reader.last_sequence("run_p").unwrap(), 1);
+        commit_rows(&mut writer, "run_p", 1, 1);
+        assert_eq!(reader.last_sequence("run_p").unwrap(), 2);
+        // Another connection (another process) is not kept waiting on a lock left behind.
+        let (mut other, _) = open(dir.path(), Durability::Normal).unwrap();
+        other.conn.busy_timeout(Duration::from_millis(200)).unwrap();
+        commit_rows(&mut other, "run_p", 2, 1);
+        assert_eq!(reader.last_sequence("run_p").unwrap(), 3);
     }
 
     fn file_len(path: &Path) -> u64 {
