@@ -77,6 +77,9 @@ export declare function canonicalizeJson(json: string): string
 /** The run-event fold of seed 004 over a JSON array of run events; the state as canonical JSON. */
 export declare function foldRunEventsJson(eventsJson: string): string
 
+/** Whether a string looks like a credential that run events refuse (so that no message echoes it). */
+export declare function looksLikeCredential(s: string): boolean
+
 /**
  * Fold a JSON array of one run's envelopes into its state (canonical JSON), pricing calls with
  * the bundled registry and `pricingJson` merged over it.

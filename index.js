@@ -839,6 +839,7 @@ module.exports.NativeWorld = nativeBinding.NativeWorld
 module.exports.bundledPricingJson = nativeBinding.bundledPricingJson
 module.exports.canonicalizeJson = nativeBinding.canonicalizeJson
 module.exports.foldRunEventsJson = nativeBinding.foldRunEventsJson
+module.exports.looksLikeCredential = nativeBinding.looksLikeCredential
 module.exports.materializeEventsJson = nativeBinding.materializeEventsJson
 module.exports.restoreRunCostsJson = nativeBinding.restoreRunCostsJson
 module.exports.validateEventLogShapeJson = nativeBinding.validateEventLogShapeJson

@@ -127,10 +127,14 @@ function callSync<T>(f: () => T): T {
 /** Deepest nesting of arrays and objects a payload may have. */
 const MAX_DEPTH = 1000;
 
-function renderPath(root: string, segs: readonly (string | number)[]): string {
+/** Stands in a path for an object key that looks like a credential (see `toJsonText`). */
+const CREDENTIAL_KEY = '[<a key that looks like a credential>]';
+
+function renderPath(root: string, segs: readonly (string | number)[], screenKeys = false): string {
   let s = root;
   for (const seg of segs) {
     if (typeof seg === 'number') s += `[${seg}]`;
+    else if (screenKeys && native.looksLikeCredential(seg)) s += CREDENTIAL_KEY;
     else if (/^[A-Za-z_$][A-Za-z0-9_$]*$/.test(seg)) s += `.${seg}`;
     else s += `[${JSON.stringify(seg)}]`;
   }
@@ -148,13 +152,14 @@ const BESIDE_MIN = 4096;
  * functions, symbols, `undefined` inside an array, Map and Set, lone surrogates, cycles, and
  * nesting deeper than 1,000 levels. An `undefined` object field is omitted and `toJSON` is
  * honoured, as `JSON.stringify` does. Errors name the path, such as `payload.a[3].b`. Given
- * `beside`, long strings are pushed onto it instead (see `BESIDE_MIN`).
+ * `beside`, long strings are pushed onto it instead (see `BESIDE_MIN`). With `screenKeys`, a key
+ * that looks like a credential is not written into a path (`CREDENTIAL_KEY` stands for it).
  */
-function toJsonText(value: unknown, root: string, runId?: string, beside?: string[]): string {
+function toJsonText(value: unknown, root: string, runId?: string, beside?: string[], screenKeys = false): string {
   let long = false;
   const segs: (string | number)[] = [];
   const ancestors = new Set<object>();
-  const fail = (message: string, at = renderPath(root, segs)): never => {
+  const fail = (message: string, at = renderPath(root, segs, screenKeys)): never => {
     throw new EventValidationError('EVENT_VALIDATION', `${at}: ${message}`, { path: at, runId });
   };
   const walk = (v: unknown, key: string, depth: number, inArray: boolean): void => {
@@ -1054,7 +1059,8 @@ export type RunEventState = {
 function checkDraft(draft: unknown, streamId: string): string {
   if (!isPlainRecord(draft)) invalid('event', 'must be an object with a type', streamId);
   if (typeof draft.type !== 'string') invalid('event.type', 'must be a string naming the event type', streamId);
-  return toJsonText(draft, 'event', streamId);
+  // A run event's errors never echo a credential, even as an object key on the way to a bad value.
+  return toJsonText(draft, 'event', streamId, undefined, true);
 }
 
 function asRunEvent<T>(env: EventEnvelope, idKey: 'runId' | 'sessionId'): T {

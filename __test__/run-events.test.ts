@@ -198,7 +198,11 @@ describe('no secrets in the log', () => {
         appendRunEvent(world, 'run_sec', { type: 'agent:tool_call', nodeId: 'n', model: 'm', toolId: 'http', toolInput: { headers: { authorization: secret } } }),
         appendEvent(world, 'run_sec', { type: 'agent:token', payload: { nodeId: 'n', token: secret, model: 'm' } }),
       ];
-      const paths = ['event.inputs.token', 'event.toolInput.headers.authorization', 'payload.token'];
+      // Refused in world.ts, before the core's screen: the key must not appear in the path either.
+      attempts.push(appendRunEvent(world, 'run_sec', { type: 'node:completed', nodeId: 'n', output: { [secret]: { x: NaN } }, tokensUsed: { input: 1, output: 1 }, durationMs: 1 } as never));
+      // An unknown type with a credential pasted into it is not echoed.
+      attempts.push(appendRunEvent(world, 'run_sec', { type: `node:bogus_${secret}`, nodeId: 'n' } as never));
+      const paths = ['event.inputs.token', 'event.toolInput.headers.authorization', 'payload.token', 'event.output[<a key that looks like a credential>].x', 'event.type'];
       for (const [i, p] of attempts.entries()) {
         const err = await rejection(p);
         expect(err, kind).toBeInstanceOf(EventValidationError);

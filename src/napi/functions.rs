@@ -57,6 +57,12 @@ pub fn fold_run_events_json(env: Env, events_json: String) -> napi::Result<Strin
         .map_err(|e| throw(&env, &e))
 }
 
+/// Whether a string looks like a credential that run events refuse (so that no message echoes it).
+#[napi(js_name = "looksLikeCredential")]
+pub fn looks_like_credential(s: String) -> bool {
+    run_events::looks_like_credential(&s)
+}
+
 fn parse_events(text: &str) -> crate::core::error::Result<Vec<serde_json::Value>> {
     match canonical::parse(text) {
         Ok(serde_json::Value::Array(events)) => Ok(events),

@@ -31,7 +31,7 @@ mod tests;
 
 pub use costs::{restore_costs, CostRestore};
 pub use fold::fold;
-pub use secrets::check_secrets;
+pub use secrets::{check_secrets, looks_like_credential};
 
 use crate::core::error::{Result, WorldError};
 use schema::check_fields;
@@ -104,9 +104,16 @@ pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> R
 /// Validate the fields of a `t` event for `stream`, ignoring any other key (`type`, envelope).
 pub(crate) fn validate_body(stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
     let Some(shape) = shape(t) else {
+        // The type is named only when it reads as a type name: a credential pasted into one
+        // (`node:x_sk-ant-…`) is not always at a place the screen looks.
+        let named = if t.len() <= 64 && t.bytes().all(|b| b.is_ascii_lowercase() || b"_:.".contains(&b)) {
+            format!("{t:?} is")
+        } else {
+            "this type is".to_string()
+        };
         return Err(WorldError::validation(
             "event.type",
-            format!("{t:?} is not a type of the run-event or session-event union"),
+            format!("{named} not a type of the run-event or session-event union"),
         ));
     };
     match (stream, shape.carried) {

@@ -51,6 +51,11 @@ pub(super) fn check_map(map: &Map<String, Value>, root: &str) -> Result<()> {
     walk_object(map, &mut JsonPath::new(root))
 }
 
+/// Whether `s` looks like a credential the screen refuses (for callers that must not echo it).
+pub fn looks_like_credential(s: &str) -> bool {
+    find_secret(s).is_some()
+}
+
 /// [`check_secrets`] of one string reported at `root` (an event type given apart).
 pub(super) fn check_str(s: &str, root: &str) -> Result<()> {
     screen(s, &JsonPath::new(root), false)
