@@ -130,4 +130,14 @@ describe('little', () => {
       expect(r.stderr).toMatch(/^little: /);
     }
   });
+
+  it('says so, exiting 1, when a run id names no run (a typo is not an empty run)', async () => {
+    const { dataDir } = await seededWorld();
+    for (const cmd of ['events', 'replay', 'verify']) {
+      const r = little(cmd, 'run_typo', '--data-dir', dataDir);
+      expect(r.code, cmd).toBe(1);
+      expect(r.stdout, cmd).toBe('');
+      expect(r.stderr, cmd).toMatch(/^little: run_typo has no events in .* \(see little runs\)\n$/);
+    }
+  });
 });

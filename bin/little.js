@@ -79,9 +79,19 @@ function runIdArg(positionals, required) {
   return runId;
 }
 
+/** Thrown for a run id that names nothing in the world (most often a typo): exit 1, said on stderr. */
+class NoSuchRun extends Error {}
+
+/** A run (or session) must have at least one event: a mistyped id gets a message, not silence. */
+async function requireRun(lib, world, runId) {
+  const first = await lib.listEvents(world, runId, { limit: 1 });
+  if (first.length === 0) throw new NoSuchRun(`${runId} has no events in ${world.dataDir} (see little runs)`);
+}
+
 const COMMANDS = {
   async events(lib, world, positionals) {
     const runId = runIdArg(positionals, true);
+    await requireRun(lib, world, runId);
     let after = 0;
     for (;;) {
       const page = await lib.listEvents(world, runId, { afterSequence: after, limit: 1000 });
@@ -92,6 +102,7 @@ const COMMANDS = {
   },
   async replay(lib, world, positionals) {
     const runId = runIdArg(positionals, true);
+    await requireRun(lib, world, runId);
     const runEvents = await lib.listRunEvents(world, runId);
     if (runEvents.length === 0) {
       await out(JSON.stringify(await lib.materializeRunState(world, runId), null, 2));
@@ -108,6 +119,7 @@ const COMMANDS = {
   },
   async verify(lib, world, positionals) {
     const runId = runIdArg(positionals, false);
+    if (runId !== undefined) await requireRun(lib, world, runId);
     const report = await lib.verifyWorld(world, runId);
     await out(JSON.stringify(report, null, 2));
     if (!report.ok) {
@@ -177,7 +189,10 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (err) => {
-    if (err instanceof UsageError) {
+    if (err instanceof NoSuchRun) {
+      process.stderr.write(`little: ${err.message}\n`);
+      process.exitCode = 1;
+    } else if (err instanceof UsageError) {
       process.stderr.write(`little: ${err.message}\n(see little --help)\n`);
       process.exitCode = 2;
     } else {
