@@ -212,8 +212,7 @@ impl ArtifactStore {
     pub fn local(data_dir: &Path) -> Result<Self> {
         let dir = data_dir.join("artifacts");
         let blobs = dir.join("blobs");
-        fs::create_dir_all(&blobs)
-            .map_err(|e| WorldError::io("creating the artifacts directory", Some(blobs.clone()), e))?;
+        create_dir_synced(&blobs, "the artifacts directory")?;
         for d in [&dir, &blobs] {
             remove_stale_tmp(d);
         }
@@ -609,6 +608,36 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = File::create(path).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)
+}
+
+/// Create `dir` and any missing parents, fsyncing each parent a directory was created in, so the
+/// new directories themselves survive a crash (not only what is later written into them).
+/// `what` names the directory in an error.
+pub fn create_dir_synced(dir: &Path, what: &str) -> Result<()> {
+    let io = |e| WorldError::io(format!("creating {what}"), Some(dir.to_path_buf()), e);
+    if dir.is_dir() {
+        return Ok(());
+    }
+    // The missing directories, deepest first.
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+        missing.push(d);
+        at = d.parent();
+    }
+    for d in missing.into_iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => {
+                if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    sync_dir(parent)?;
+                }
+            }
+            // Another process (or world) made it meanwhile; it syncs its parent.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(())
 }
 
 /// fsync a directory, so the names just renamed or linked into it survive a crash.

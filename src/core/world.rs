@@ -119,8 +119,7 @@ impl World {
         pricing: Pricing,
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
-        std::fs::create_dir_all(data_dir)
-            .map_err(|e| WorldError::io("creating the data directory", Some(data_dir.to_path_buf()), e))?;
+        crate::core::artifacts::create_dir_synced(data_dir, "the data directory")?;
         let data_dir = data_dir
             .canonicalize()
             .map_err(|e| WorldError::io("resolving the data directory", Some(data_dir.to_path_buf()), e))?;

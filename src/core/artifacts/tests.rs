@@ -206,3 +206,20 @@ fn bad_inputs_are_refused() {
     assert!(parse_ref("art_0123456789abcdef").is_ok());
     assert!(parse_ref("artifact://art_xyz").is_err());
 }
+
+#[test]
+fn directories_are_created_with_their_parents_and_a_file_in_the_way_is_an_error() {
+    let root = tempfile::tempdir().unwrap();
+    let deep = root.path().join("a/b/c");
+    create_dir_synced(&deep, "a test directory").unwrap();
+    assert!(deep.is_dir());
+    // Again: nothing to do.
+    create_dir_synced(&deep, "a test directory").unwrap();
+    let file = root.path().join("a/file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = create_dir_synced(&file.join("d"), "a test directory").unwrap_err();
+    assert_eq!(err.code(), "WORLD_IO");
+    assert!(err.to_string().contains("creating a test directory"), "{err}");
+    let err = create_dir_synced(&file, "a test directory").unwrap_err();
+    assert_eq!(err.code(), "WORLD_IO");
+}

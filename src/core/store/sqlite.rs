@@ -33,7 +33,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open (creating if needed) the event store of `data_dir`.
 pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, SqliteReader)> {
     let dir = data_dir.join("events");
-    std::fs::create_dir_all(&dir).map_err(|e| WorldError::io("creating the events directory", Some(dir.clone()), e))?;
+    crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
     let path = dir.join("events.db");
     let mut conn = connect(&path)?;
     let shown = path.display().to_string();
