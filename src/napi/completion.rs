@@ -434,6 +434,16 @@ unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<s
             let mut data = ptr::null_mut();
             sys::napi_create_buffer(env, 0, &mut data, &mut value)
         }
+        Output::Bytes(bytes) if bytes.len() > MAX_BUFFER_LEN => {
+            // Node would refuse it, but only after calling the finalizer (freeing the bytes),
+            // so it must not be offered at all.
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!(
+                    "a result of {} bytes is larger than a Node.js Buffer may be ({MAX_BUFFER_LEN} bytes)",
+                    bytes.len()
+                ),
+            });
+        }
         Output::Bytes(bytes) => {
             // Hand the bytes to JavaScript without copying; the finalizer drops our reference.
             let len = bytes.len();
@@ -468,6 +478,11 @@ unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<s
 fn data_of(s: &str) -> *const std::ffi::c_char {
     s.as_ptr().cast()
 }
+
+/// The largest Buffer Node 20 makes (`buffer.constants.MAX_LENGTH`, 4 GiB; later versions allow
+/// more). Given a longer external buffer, Node calls its finalizer and then fails, so a caller
+/// that frees the bytes on failure would free them twice.
+const MAX_BUFFER_LEN: usize = 1 << 32;
 
 /// Texts at least this long go to V8 as external strings when they are ASCII.
 const EXTERNAL_STRING_MIN: usize = 64 * 1024;
