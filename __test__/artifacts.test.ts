@@ -246,7 +246,9 @@ describe('artifact integrity on disk', () => {
     const deleted = await rejection(readArtifact(world, m.artifactRef));
     expect(deleted).toBeInstanceOf(RuntimeIntegrityError);
     expect(deleted.code).toBe('RUNTIME_INTEGRITY');
-    expect(deleted.artifactId ?? m.artifactId).toBe(m.artifactId);
+    expect(deleted.artifactId).toBe(m.artifactId);
+    expect(deleted.message).toContain(m.artifactId);
+    expect(deleted.message).toContain('is missing');
 
     // Writing the artifact again publishes the right bytes over the damage.
     await writeArtifact(world, { ...base, encoding: 'bytes', payload: Buffer.from('0123456789abcdef') });

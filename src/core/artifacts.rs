@@ -342,11 +342,9 @@ impl ArtifactStore {
                 let mut file = match File::open(&blob_path) {
                     Ok(f) => f,
                     Err(e) if e.kind() == ErrorKind::NotFound => {
-                        return Err(WorldError::RuntimeIntegrity {
-                            reason: format!(
-                                "artifact {id}: its manifest exists but its blob {} is missing",
-                                blob_path.display()
-                            ),
+                        return Err(WorldError::ArtifactBlobMissing {
+                            artifact_id: id.to_string(),
+                            path: blob_path,
                         })
                     }
                     Err(e) => return Err(WorldError::io("opening a blob", Some(blob_path), e)),
@@ -458,7 +456,8 @@ impl Drop for ArtifactTurn<'_> {
 fn not_found(id: &str) -> WorldError {
     WorldError::ArtifactNotFound {
         artifact_id: id.to_string(),
-        context: String::new(),
+        run_id: None,
+        path: None,
     }
 }
 

@@ -47,11 +47,13 @@ pub enum WorldError {
     },
 
     /// No artifact with this id exists in the world.
-    #[error("artifact {artifact_id} not found{context}")]
+    #[error("artifact {artifact_id} not found{}", referenced_at(path.as_deref()))]
     ArtifactNotFound {
         artifact_id: String,
-        /// Where the reference came from, already formatted (`" (referenced at payload.x)"`).
-        context: String,
+        /// The run of the append whose payload refers to it, if one does.
+        run_id: Option<String>,
+        /// Where that payload refers to it (`payload.x`).
+        path: Option<String>,
     },
 
     /// A blob's bytes do not hash to the manifest's `sha256`.
@@ -78,6 +80,11 @@ pub enum WorldError {
     /// Another integrity failure (the base class of the three above in JavaScript).
     #[error("runtime integrity: {reason}")]
     RuntimeIntegrity { reason: String },
+
+    /// An artifact whose manifest is published has no blob (a `RuntimeIntegrityError` that names
+    /// the artifact and the missing file).
+    #[error("runtime integrity: artifact {artifact_id}: its manifest exists but its blob {} is missing", path.display())]
+    ArtifactBlobMissing { artifact_id: String, path: PathBuf },
 
     /// A lock is held by a live owner and `waitMs` ran out.
     #[error("{name} is locked by pid {owner_pid} (token {owner_token}) since {since}")]
@@ -143,7 +150,7 @@ impl WorldError {
             WorldError::ArtifactHashMismatch { .. } => "ARTIFACT_HASH_MISMATCH",
             WorldError::ArtifactManifestCorrupt { .. } => "ARTIFACT_MANIFEST_CORRUPT",
             WorldError::EventLogCorrupt { .. } => "EVENT_LOG_CORRUPT",
-            WorldError::RuntimeIntegrity { .. } => "RUNTIME_INTEGRITY",
+            WorldError::RuntimeIntegrity { .. } | WorldError::ArtifactBlobMissing { .. } => "RUNTIME_INTEGRITY",
             WorldError::RunLocked { .. } => "RUN_LOCKED",
             WorldError::OuterLoopInputMismatch { .. } => "OUTER_LOOP_INPUT_MISMATCH",
             WorldError::ReplayRefused { .. } => "REPLAY_REFUSED",
@@ -159,6 +166,11 @@ impl WorldError {
             WorldError::IdempotencyConflict {
                 run_id, key, sequence, ..
             } => json!({ "runId": run_id, "appendIdempotencyKey": key, "sequence": sequence }),
+            WorldError::ArtifactNotFound {
+                artifact_id,
+                run_id,
+                path: Some(path),
+            } => json!({ "artifactId": artifact_id, "runId": run_id, "path": path }),
             WorldError::ArtifactNotFound { artifact_id, .. }
             | WorldError::ArtifactHashMismatch { artifact_id, .. }
             | WorldError::ArtifactManifestCorrupt { artifact_id, .. } => {
@@ -171,6 +183,7 @@ impl WorldError {
             }
             WorldError::ReplayRefused { run_id, sequences, .. } => json!({ "runId": run_id, "sequences": sequences }),
             WorldError::Io { path, .. } => json!({ "path": path }),
+            WorldError::ArtifactBlobMissing { artifact_id, path } => json!({ "artifactId": artifact_id, "path": path }),
             _ => json!({}),
         }
     }
@@ -186,7 +199,7 @@ impl WorldError {
 
     /// Attach the run id to a validation error that does not carry one yet.
     pub fn for_run(mut self, run: &str) -> Self {
-        if let WorldError::Validation { run_id, .. } = &mut self {
+        if let WorldError::Validation { run_id, .. } | WorldError::ArtifactNotFound { run_id, .. } = &mut self {
             if run_id.is_none() {
                 *run_id = Some(run.to_string());
             }
@@ -222,6 +235,11 @@ impl WorldError {
             source: Arc::new(source),
         }
     }
+}
+
+/// `" (referenced at payload.x)"` for an artifact error found in a payload, else nothing.
+fn referenced_at(path: Option<&str>) -> String {
+    path.map(|p| format!(" (referenced at {p})")).unwrap_or_default()
 }
 
 #[cfg(test)]

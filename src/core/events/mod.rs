@@ -302,7 +302,8 @@ fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn Artifacts) ->
             if !artifacts.artifact_exists(id)? {
                 return Err(WorldError::ArtifactNotFound {
                     artifact_id: id.to_string(),
-                    context: format!(" (referenced at {})", path.render()),
+                    run_id: None,
+                    path: Some(path.render()),
                 });
             }
             Ok(())
