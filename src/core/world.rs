@@ -193,7 +193,7 @@ impl World {
             let unsettled = unsettled.clone();
             let artifacts = artifacts.clone();
             spawn("little-world-writer", move || {
-                writer_loop(write_rx, writer, &*artifacts, &*completer, &unsettled)
+                writer_loop(write_rx, writer, &artifacts, &*completer, &unsettled)
             });
         }
         World {
