@@ -858,7 +858,10 @@ export type OuterLoopManifest = {
   [k: string]: unknown;
 };
 
-/** The stored manifest of an outer loop, or `undefined`. Deep-frozen. */
+/**
+ * The stored manifest of an outer loop, or `undefined`. Deep-frozen. A stored file that is not a
+ * JSON object naming this `outerLoopId` and an `inputHash` rejects with `RuntimeIntegrityError`.
+ */
 export async function readOuterLoopManifest(world: World, outerLoopId: string): Promise<OuterLoopManifest | undefined> {
   const handle = nativeOf(world);
   if (typeof outerLoopId !== 'string') throw new WorldPathError('WORLD_PATH', 'outerLoopId must be a string', { path: 'outerLoopId' });
@@ -869,7 +872,10 @@ export async function readOuterLoopManifest(world: World, outerLoopId: string): 
 
 /**
  * Write an outer loop's manifest atomically (tmp + fsync + rename). Rejects with
- * `OuterLoopInputMismatchError` when the stored manifest has another `inputHash`.
+ * `EventValidationError` when it does not have the shape of {@link OuterLoopManifest} (extra fields
+ * are kept), and with `OuterLoopInputMismatchError` when the stored manifest has another
+ * `inputHash`. Writes of one manifest from one process take turns; writers in several processes
+ * should hold {@link acquireOuterLoopLock}.
  */
 export async function writeOuterLoopManifest(world: World, manifest: OuterLoopManifest): Promise<void> {
   const handle = nativeOf(world);

@@ -505,8 +505,9 @@ fn load_manifest(dir: &Path, id: &str) -> Result<Manifest> {
     Ok(m)
 }
 
-/// A temporary file name that says which process writes it.
-fn tmp_name(stem: &str) -> String {
+/// A temporary file name that says which process writes it, unique within the process
+/// (`<stem>.<pid>.<counter>-<nanos>.tmp`).
+pub fn tmp_name(stem: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()

@@ -5,8 +5,21 @@
 //! a write with another `inputHash` than the stored one is refused. `pendingCycleRunId` is the
 //! crash-recovery marker: a write that leaves it out keeps the stored one, and only an explicit
 //! `null` clears it.
+//!
+//! Within a process, the writes of one manifest take turns: a mutex per manifest file, kept in a
+//! process-wide map keyed by the file's resolved path (so two worlds opened on one data directory
+//! share it), covers the whole read → check `inputHash` → merge `pendingCycleRunId` → publish.
+//! Every write has a tmp file of its own (pid + counter), so overlapping writes never mix bytes.
+//! Across processes, writers are expected to hold the outer-loop lock (`acquireOuterLoopLock`);
+//! two processes writing without it may race the check and the merge, but each still publishes a
+//! whole file.
+//!
+//! A stored manifest that is not a JSON object naming the requested `outerLoopId` and an
+//! `inputHash` is corrupt ([`WorldError::RuntimeIntegrity`]); a write whose manifest does not have
+//! the shape of seed 001 (`OuterLoopManifest` in `world.ts`) is refused with
+//! [`WorldError::Validation`]. Fields the shape does not name are allowed and kept.
 
-use crate::core::artifacts::{sync_dir, write_synced};
+use crate::core::artifacts::{sync_dir, tmp_name, write_synced};
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use serde_json::{Map, Value};
@@ -14,7 +27,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// Check an outer-loop id: 1–128 of `[A-Za-z0-9_-]`, so it is safe as a file name.
 pub fn check_outer_loop_id(id: &str) -> Result<()> {
@@ -32,7 +45,9 @@ pub fn check_outer_loop_id(id: &str) -> Result<()> {
 
 /// The outer-loop manifests of a world.
 pub enum OuterLoops {
+    /// Files in `dir`, the resolved `<dataDir>/outer-loops`.
     Local { dir: PathBuf },
+    /// Canonical JSON texts by id; the map's lock also serializes the writes.
     Memory(Mutex<HashMap<String, String>>),
 }
 
@@ -42,6 +57,10 @@ impl OuterLoops {
         let dir = data_dir.join("outer-loops");
         fs::create_dir_all(&dir)
             .map_err(|e| WorldError::io("creating the outer-loops directory", Some(dir.clone()), e))?;
+        // Resolved, so every handle on this directory keys its write turns by the same paths.
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| WorldError::io("resolving the outer-loops directory", Some(dir.clone()), e))?;
         Ok(OuterLoops::Local { dir })
     }
 
@@ -54,87 +73,219 @@ impl OuterLoops {
     pub fn read(&self, id: &str) -> Result<Option<String>> {
         check_outer_loop_id(id)?;
         match self {
-            OuterLoops::Memory(map) => Ok(map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()),
+            OuterLoops::Memory(map) => Ok(unpoisoned(map).get(id).cloned()),
             OuterLoops::Local { dir } => {
-                let path = dir.join(format!("{id}.json"));
-                match fs::read_to_string(&path) {
-                    Ok(text) => {
-                        let v = canonical::parse(&text).map_err(|e| WorldError::RuntimeIntegrity {
-                            reason: format!("outer-loop manifest {} {e}", path.display()),
-                        })?;
-                        Ok(Some(canonical::to_string(&v)))
-                    }
-                    Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-                    Err(e) => Err(WorldError::io("reading an outer-loop manifest", Some(path), e)),
-                }
+                let stored = read_file(&dir.join(format!("{id}.json")), id)?;
+                Ok(stored.map(|m| canonical::to_string(&Value::Object(m))))
             }
         }
     }
 
-    /// Write a manifest (JSON text of an object with `outerLoopId` and `inputHash`).
+    /// Write a manifest (JSON text of an object with the shape of seed 001).
     pub fn write(&self, manifest_json: &str) -> Result<()> {
-        let mut manifest = match canonical::parse(manifest_json) {
+        let manifest = match canonical::parse(manifest_json) {
             Ok(Value::Object(m)) => m,
             Ok(_) => return Err(WorldError::validation("manifest", "must be an object")),
             Err(e) => return Err(WorldError::validation("manifest", e.to_string())),
         };
-        let id = match manifest.get("outerLoopId") {
-            Some(Value::String(s)) => s.clone(),
-            _ => return Err(WorldError::validation("manifest.outerLoopId", "must be a string")),
-        };
-        check_outer_loop_id(&id)?;
-        let Some(Value::String(input_hash)) = manifest.get("inputHash").cloned() else {
-            return Err(WorldError::validation("manifest.inputHash", "must be a string"));
-        };
-        if let Some(v) = manifest.get("pendingCycleRunId") {
-            if !(v.is_null() || v.as_str().is_some_and(|s| crate::core::ids::check_run_id(s).is_ok())) {
-                return Err(WorldError::validation(
-                    "manifest.pendingCycleRunId",
-                    "must be a run id or null",
-                ));
-            }
-        }
-        let stored = self.read(&id)?;
-        if let Some(stored) = &stored {
-            let stored: Map<String, Value> = serde_json::from_str(stored).unwrap_or_default();
-            let stored_hash = stored.get("inputHash").and_then(Value::as_str).unwrap_or("");
-            if stored_hash != input_hash {
-                return Err(WorldError::OuterLoopInputMismatch {
-                    outer_loop_id: id,
-                    stored: stored_hash.to_string(),
-                    given: input_hash,
-                });
-            }
-            if !manifest.contains_key("pendingCycleRunId") {
-                if let Some(p) = stored.get("pendingCycleRunId") {
-                    manifest.insert("pendingCycleRunId".into(), p.clone());
-                }
-            }
-        }
-        if manifest.get("pendingCycleRunId").is_some_and(Value::is_null) {
-            manifest.remove("pendingCycleRunId");
-        }
-        let text = canonical::to_string(&Value::Object(manifest));
+        let id = validate(&manifest)?;
         match self {
             OuterLoops::Memory(map) => {
-                map.lock().unwrap_or_else(|p| p.into_inner()).insert(id, text);
+                let mut map = unpoisoned(map);
+                // Only validated manifests are stored, so a stored text is an object.
+                let stored = map.get(&id).and_then(|t| serde_json::from_str(t).ok());
+                let text = merge(&id, manifest, stored.as_ref())?;
+                map.insert(id, text);
                 Ok(())
             }
             OuterLoops::Local { dir } => {
                 let path = dir.join(format!("{id}.json"));
-                let tmp = dir.join(format!("{id}.json.{}.tmp", std::process::id()));
-                write_synced(&tmp, text.as_bytes())?;
-                fs::rename(&tmp, &path)
-                    .map_err(|e| WorldError::io("publishing an outer-loop manifest", Some(path), e))?;
+                let turn = write_turn(&path);
+                let _turn = unpoisoned(&turn);
+                let stored = read_file(&path, &id)?;
+                let text = merge(&id, manifest, stored.as_ref())?;
+                let tmp = dir.join(tmp_name(&format!("{id}.json")));
+                let published = write_synced(&tmp, text.as_bytes()).and_then(|()| {
+                    fs::rename(&tmp, &path)
+                        .map_err(|e| WorldError::io("publishing an outer-loop manifest", Some(path.clone()), e))
+                });
+                if published.is_err() {
+                    let _ = fs::remove_file(&tmp);
+                }
+                published?;
                 sync_dir(dir)
             }
         }
     }
 }
 
+/// Lock a mutex, ignoring poisoning: what it guards stays consistent when a holder panics.
+fn unpoisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The mutex that serializes this process's writes of the manifest at `path` (a resolved path).
+/// Every handle on the file gets the same one while any write holds it; entries no write holds
+/// any more are dropped when a new one is added, so the map stays as small as the writes in flight.
+fn write_turn(path: &Path) -> Arc<Mutex<()>> {
+    static TURNS: OnceLock<Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> = OnceLock::new();
+    let mut turns = unpoisoned(TURNS.get_or_init(Default::default));
+    if let Some(turn) = turns.get(path).and_then(Weak::upgrade) {
+        return turn;
+    }
+    turns.retain(|_, t| t.strong_count() > 0);
+    let turn = Arc::new(Mutex::new(()));
+    turns.insert(path.to_path_buf(), Arc::downgrade(&turn));
+    turn
+}
+
+/// The manifest stored at `path`, if there is one, checked to be a JSON object that names `id`
+/// and an `inputHash`; anything else is corrupt.
+fn read_file(path: &Path, id: &str) -> Result<Option<Map<String, Value>>> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(WorldError::io(
+                "reading an outer-loop manifest",
+                Some(path.to_path_buf()),
+                e,
+            ))
+        }
+    };
+    let corrupt = |what: String| WorldError::RuntimeIntegrity {
+        reason: format!("outer-loop manifest {} {what}", path.display()),
+    };
+    let manifest = match canonical::parse(&text) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => return Err(corrupt("is not a JSON object".into())),
+        Err(e) => return Err(corrupt(e.to_string())),
+    };
+    match manifest.get("outerLoopId") {
+        Some(Value::String(s)) if s == id => {}
+        Some(Value::String(s)) => {
+            let s = canonical::string_literal(&s.chars().take(100).collect::<String>());
+            return Err(corrupt(format!("has outerLoopId {s}, not {id}")));
+        }
+        _ => return Err(corrupt("has no outerLoopId string".into())),
+    }
+    if !has_input_hash(&manifest) {
+        return Err(corrupt("has no inputHash (a non-empty string)".into()));
+    }
+    Ok(Some(manifest))
+}
+
+/// Check `manifest` against the `stored` one: refuse another `inputHash`, keep the stored
+/// `pendingCycleRunId` unless the manifest sets or clears it. Returns the canonical text to store.
+fn merge(id: &str, mut manifest: Map<String, Value>, stored: Option<&Map<String, Value>>) -> Result<String> {
+    if let Some(stored) = stored {
+        let stored_hash = stored.get("inputHash").and_then(Value::as_str).unwrap_or("");
+        let given = manifest.get("inputHash").and_then(Value::as_str).unwrap_or("");
+        if stored_hash != given {
+            return Err(WorldError::OuterLoopInputMismatch {
+                outer_loop_id: id.to_string(),
+                stored: stored_hash.to_string(),
+                given: given.to_string(),
+            });
+        }
+        if !manifest.contains_key("pendingCycleRunId") {
+            if let Some(p) = stored.get("pendingCycleRunId") {
+                manifest.insert("pendingCycleRunId".into(), p.clone());
+            }
+        }
+    }
+    if manifest.get("pendingCycleRunId").is_some_and(Value::is_null) {
+        manifest.remove("pendingCycleRunId");
+    }
+    Ok(canonical::to_string(&Value::Object(manifest)))
+}
+
+/// Check a manifest's shape (seed 001; `OuterLoopManifest` in `world.ts`) and return its id.
+/// Optional fields may be left out; fields the shape does not name are allowed.
+fn validate(m: &Map<String, Value>) -> Result<String> {
+    let invalid = |path: &str, message: &str| Err(WorldError::validation(path, message));
+    let Some(Value::String(id)) = m.get("outerLoopId") else {
+        return invalid("manifest.outerLoopId", "must be a string");
+    };
+    check_outer_loop_id(id)?;
+    if !has_input_hash(m) {
+        return invalid("manifest.inputHash", "must be a non-empty string");
+    }
+    if m.get("maxCycles")
+        .is_some_and(|v| safe_integer(v).is_none_or(|n| n < 0))
+    {
+        return invalid("manifest.maxCycles", "must be a non-negative safe integer");
+    }
+    if let Some(goal) = m.get("goal") {
+        let Value::Object(goal) = goal else {
+            return invalid("manifest.goal", "must be an object");
+        };
+        for key in ["workflowDefinitionHash", "description"] {
+            if goal.get(key).is_some_and(|v| !v.is_string()) {
+                return invalid(&format!("manifest.goal.{key}"), "must be a string");
+            }
+        }
+    }
+    if let Some(cycles) = m.get("cycles") {
+        let Value::Array(cycles) = cycles else {
+            return invalid("manifest.cycles", "must be an array");
+        };
+        for (i, cycle) in cycles.iter().enumerate() {
+            let at = format!("manifest.cycles[{i}]");
+            let Value::Object(cycle) = cycle else {
+                return invalid(&at, "must be an object");
+            };
+            if cycle.get("cycleNumber").and_then(safe_integer).is_none_or(|n| n < 1) {
+                return invalid(&format!("{at}.cycleNumber"), "must be a safe integer of at least 1");
+            }
+            for key in ["runId", "status"] {
+                if !cycle.get(key).is_some_and(Value::is_string) {
+                    return invalid(&format!("{at}.{key}"), "must be a string");
+                }
+            }
+            if cycle.get("workflowVersionId").is_some_and(|v| !v.is_string()) {
+                return invalid(&format!("{at}.workflowVersionId"), "must be a string");
+            }
+        }
+    }
+    if let Some(v) = m.get("pendingCycleRunId") {
+        if !(v.is_null() || v.as_str().is_some_and(|s| crate::core::ids::check_run_id(s).is_ok())) {
+            return invalid("manifest.pendingCycleRunId", "must be a run id or null");
+        }
+    }
+    if let Some(result) = m.get("result") {
+        let Value::Object(result) = result else {
+            return invalid("manifest.result", "must be an object");
+        };
+        if result.get("kind").and_then(Value::as_str) != Some("done") {
+            return invalid("manifest.result.kind", "must be \"done\"");
+        }
+    }
+    Ok(id.clone())
+}
+
+/// Whether a manifest's `inputHash` is a non-empty string.
+fn has_input_hash(m: &Map<String, Value>) -> bool {
+    matches!(m.get("inputHash"), Some(Value::String(h)) if !h.is_empty())
+}
+
+/// `v` as an integer, if it is a number JavaScript holds exactly (`Number.isSafeInteger`).
+fn safe_integer(v: &Value) -> Option<i64> {
+    const MAX: i64 = (1 << 53) - 1;
+    let n = v.as_i64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() <= MAX as f64)
+            .map(|f| f as i64)
+    })?;
+    (n.abs() <= MAX).then_some(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Barrier;
+    use std::thread;
 
     #[test]
     fn input_hash_is_the_loops_identity_and_pending_run_is_kept_until_cleared() {
@@ -145,7 +296,9 @@ mod tests {
                 .write(r#"{"outerLoopId":"ol_1","inputHash":"sha256:a","maxCycles":5,"cycles":[],"pendingCycleRunId":"run_c1"}"#)
                 .unwrap();
             loops
-                .write(r#"{"outerLoopId":"ol_1","inputHash":"sha256:a","maxCycles":5,"cycles":[{"cycleNumber":1}]}"#)
+                .write(
+                    r#"{"outerLoopId":"ol_1","inputHash":"sha256:a","maxCycles":5,"cycles":[{"cycleNumber":1,"runId":"run_c1","status":"completed"}]}"#,
+                )
                 .unwrap();
             let v: Value = serde_json::from_str(&loops.read("ol_1").unwrap().unwrap()).unwrap();
             assert_eq!(v["pendingCycleRunId"], "run_c1");
@@ -170,6 +323,256 @@ mod tests {
                 loops.write(r#"{"outerLoopId":"ol_2"}"#).unwrap_err().code(),
                 "EVENT_VALIDATION"
             );
+        }
+    }
+
+    /// The local manifests of `data` plus a second handle on them through a symlink (two worlds of
+    /// one process on one data directory), and an in-memory store shared by two handles.
+    fn store_pairs(root: &Path) -> Vec<(Arc<OuterLoops>, Arc<OuterLoops>, Option<PathBuf>)> {
+        let data = root.join("data");
+        fs::create_dir_all(&data).unwrap();
+        let link = root.join("link");
+        std::os::unix::fs::symlink(&data, &link).unwrap();
+        let memory = Arc::new(OuterLoops::memory());
+        vec![
+            (
+                Arc::new(OuterLoops::local(&data).unwrap()),
+                Arc::new(OuterLoops::local(&link).unwrap()),
+                Some(data.join("outer-loops")),
+            ),
+            (memory.clone(), memory, None),
+        ]
+    }
+
+    #[test]
+    fn overlapping_writes_of_one_manifest_are_serialized_and_never_torn() {
+        const THREADS: usize = 8;
+        const WRITES: usize = 12;
+        const ROUNDS: usize = 6;
+        let root = tempfile::tempdir().unwrap();
+        for (a, b, dir) in store_pairs(root.path()) {
+            for round in 0..ROUNDS {
+                let id = format!("ol_race_{round}");
+                let start = Barrier::new(THREADS + 1);
+                let done = AtomicBool::new(false);
+                // Per thread, in order: (manifest written, what the write returned).
+                let outcomes: Vec<Vec<(Value, Result<()>)>> = thread::scope(|s| {
+                    let reader = s.spawn(|| -> Result<()> {
+                        start.wait();
+                        // Every read while the writes overlap parses: no torn file is ever published.
+                        while !done.load(Ordering::Relaxed) {
+                            a.read(&id)?;
+                        }
+                        Ok(())
+                    });
+                    let writers: Vec<_> = (0..THREADS)
+                        .map(|t| {
+                            let (loops, id, start) = (if t % 2 == 0 { &a } else { &b }, &id, &start);
+                            s.spawn(move || {
+                                start.wait();
+                                (0..WRITES)
+                                    .map(|i| {
+                                        // Alternate the input between the two handles and over time.
+                                        let hash = if (t + i) % 2 == 0 { "sha256:a" } else { "sha256:b" };
+                                        let run_id = format!("run_{t}_{i}");
+                                        let mut m = serde_json::json!({
+                                            "outerLoopId": id,
+                                            "inputHash": hash,
+                                            "cycles": [{"cycleNumber": i + 1, "runId": run_id, "status": "completed"}],
+                                            "pad": "x".repeat(16 * 1024),
+                                        });
+                                        // Every third write sets a pending run; the others keep it.
+                                        if i % 3 == 0 {
+                                            m["pendingCycleRunId"] = run_id.into();
+                                        }
+                                        let r = loops.write(&m.to_string());
+                                        (m, r)
+                                    })
+                                    .collect::<Vec<_>>()
+                            })
+                        })
+                        .collect();
+                    let outcomes = writers.into_iter().map(|w| w.join().unwrap()).collect();
+                    done.store(true, Ordering::Relaxed);
+                    reader.join().unwrap().expect("a read while writes overlap");
+                    outcomes
+                });
+
+                // Each write resolved or was refused for its input, nothing else.
+                for (_, r) in outcomes.iter().flatten() {
+                    if let Err(e) = r {
+                        assert_eq!(e.code(), "OUTER_LOOP_INPUT_MISMATCH", "{e}");
+                    }
+                }
+                // The first write stored its inputHash; exactly the writes carrying it resolved.
+                let mut stored: Map<String, Value> = serde_json::from_str(&a.read(&id).unwrap().unwrap()).unwrap();
+                let first_hash = stored["inputHash"].clone();
+                for (m, r) in outcomes.iter().flatten() {
+                    let what = (&m["inputHash"], &m["cycles"][0]["runId"]);
+                    assert_eq!(
+                        r.is_ok(),
+                        m["inputHash"] == first_hash,
+                        "round {round}: {what:?} gave {r:?}"
+                    );
+                }
+                // The stored manifest is one thread's last resolved write (a thread's writes are in
+                // order), carrying a pending run a resolved write set: once one is set, later writes
+                // that leave it out keep it, so it can only be lost by a merge that raced.
+                let pending = stored.remove("pendingCycleRunId");
+                let resolved = || outcomes.iter().flatten().filter(|(_, r)| r.is_ok()).map(|(m, _)| m);
+                let set: Vec<&Value> = resolved().filter_map(|m| m.get("pendingCycleRunId")).collect();
+                assert_eq!(
+                    pending.is_some(),
+                    !set.is_empty(),
+                    "round {round}: pendingCycleRunId {pending:?}"
+                );
+                assert!(
+                    pending.as_ref().is_none_or(|p| set.contains(&p)),
+                    "round {round}: {pending:?}"
+                );
+                let stored = Value::Object(stored);
+                let is_stored = |m: &Value| {
+                    let mut m = m.clone();
+                    m.as_object_mut().unwrap().remove("pendingCycleRunId");
+                    m == stored
+                };
+                let last_writes = outcomes.iter().filter_map(|w| w.iter().rev().find(|(_, r)| r.is_ok()));
+                assert!(
+                    last_writes.map(|(m, _)| m).any(is_stored),
+                    "round {round}: the stored manifest is no thread's last resolved write"
+                );
+                if let Some(dir) = &dir {
+                    let tmps = fs::read_dir(dir)
+                        .unwrap()
+                        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+                        .count();
+                    assert_eq!(tmps, 0, "temporary files left behind");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_stored_manifest_that_is_not_the_requested_loops_is_corrupt() {
+        let root = tempfile::tempdir().unwrap();
+        let loops = OuterLoops::local(root.path()).unwrap();
+        let path = root.path().join("outer-loops").join("ol_1.json");
+        for (text, why) in [
+            ("[]", "not a JSON object"),
+            ("\"ol_1\"", "not a JSON object"),
+            (r#"{"inputHash":"h"}"#, "outerLoopId"),
+            (r#"{"outerLoopId":"ol_2","inputHash":"h"}"#, "outerLoopId"),
+            (r#"{"outerLoopId":1,"inputHash":"h"}"#, "outerLoopId"),
+            (r#"{"outerLoopId":"ol_1"}"#, "inputHash"),
+            (r#"{"outerLoopId":"ol_1","inputHash":7}"#, "inputHash"),
+            (r#"{"outerLoopId":"ol_1","inputHash":""}"#, "inputHash"),
+            (r#"{"outerLoopId":"ol_1","#, "not JSON"),
+        ] {
+            fs::write(&path, text).unwrap();
+            let err = loops.read("ol_1").unwrap_err();
+            assert_eq!(err.code(), "RUNTIME_INTEGRITY", "{text}: {err}");
+            let msg = err.to_string();
+            assert!(msg.contains("ol_1.json") && msg.contains(why), "{text}: {msg}");
+            // A write does not paper over it either.
+            let err = loops.write(r#"{"outerLoopId":"ol_1","inputHash":"h"}"#).unwrap_err();
+            assert_eq!(err.code(), "RUNTIME_INTEGRITY", "{text}: {err}");
+            assert_eq!(fs::read_to_string(&path).unwrap(), text);
+        }
+        fs::write(&path, r#"{"outerLoopId":"ol_1","inputHash":"h","extra":[1]}"#).unwrap();
+        assert_eq!(
+            loops.read("ol_1").unwrap().unwrap(),
+            r#"{"extra":[1],"inputHash":"h","outerLoopId":"ol_1"}"#
+        );
+    }
+
+    #[test]
+    fn writes_are_validated_against_the_manifest_shape() {
+        let ok = r#"{"outerLoopId":"ol_v","inputHash":"sha256:a","maxCycles":0,"goal":{"description":"d","x":1},
+            "cycles":[{"cycleNumber":1,"runId":"run_1","status":"completed","workflowVersionId":"wv_1","output":{},"x":1}],
+            "pendingCycleRunId":null,"result":{"kind":"done","finalOutput":null,"x":1},"extra":true}"#;
+        let base: Map<String, Value> = serde_json::from_str(ok).unwrap();
+        let cycle = serde_json::json!({"cycleNumber": 1, "runId": "run_1", "status": "completed"});
+        let bad: Vec<(&str, Value, &str)> = vec![
+            ("outerLoopId", Value::from(5), "manifest.outerLoopId"),
+            ("inputHash", Value::from(""), "manifest.inputHash"),
+            ("inputHash", Value::Null, "manifest.inputHash"),
+            ("maxCycles", Value::from(-1), "manifest.maxCycles"),
+            ("maxCycles", Value::from(1.5), "manifest.maxCycles"),
+            ("maxCycles", Value::from(9_007_199_254_740_992u64), "manifest.maxCycles"),
+            ("maxCycles", Value::from("5"), "manifest.maxCycles"),
+            ("maxCycles", Value::Null, "manifest.maxCycles"),
+            ("goal", Value::from("find a date"), "manifest.goal"),
+            (
+                "goal",
+                serde_json::json!({"description": 1}),
+                "manifest.goal.description",
+            ),
+            ("cycles", Value::from("no"), "manifest.cycles"),
+            ("cycles", serde_json::json!([cycle, 7]), "manifest.cycles[1]"),
+            (
+                "cycles",
+                serde_json::json!([cycle, cycle, {"cycleNumber": 3, "status": "completed"}]),
+                "manifest.cycles[2].runId",
+            ),
+            (
+                "cycles",
+                serde_json::json!([{"cycleNumber": 0, "runId": "run_1", "status": "s"}]),
+                "manifest.cycles[0].cycleNumber",
+            ),
+            (
+                "cycles",
+                serde_json::json!([{"cycleNumber": 1.5, "runId": "run_1", "status": "s"}]),
+                "manifest.cycles[0].cycleNumber",
+            ),
+            (
+                "cycles",
+                serde_json::json!([{"cycleNumber": "1", "runId": "run_1", "status": "s"}]),
+                "manifest.cycles[0].cycleNumber",
+            ),
+            (
+                "cycles",
+                serde_json::json!([{"runId": "run_1", "status": "s"}]),
+                "manifest.cycles[0].cycleNumber",
+            ),
+            (
+                "cycles",
+                serde_json::json!([{"cycleNumber": 1, "runId": 1, "status": "s"}]),
+                "manifest.cycles[0].runId",
+            ),
+            (
+                "cycles",
+                serde_json::json!([{"cycleNumber": 1, "runId": "run_1"}]),
+                "manifest.cycles[0].status",
+            ),
+            (
+                "cycles",
+                serde_json::json!([{"cycleNumber": 1, "runId": "run_1", "status": "s", "workflowVersionId": 2}]),
+                "manifest.cycles[0].workflowVersionId",
+            ),
+            ("pendingCycleRunId", Value::from(5), "manifest.pendingCycleRunId"),
+            ("result", serde_json::json!({"kind": "maybe"}), "manifest.result.kind"),
+            ("result", serde_json::json!({"finalOutput": 1}), "manifest.result.kind"),
+            ("result", Value::from("done"), "manifest.result"),
+            ("result", Value::Null, "manifest.result"),
+        ];
+        let root = tempfile::tempdir().unwrap();
+        for loops in [OuterLoops::local(root.path()).unwrap(), OuterLoops::memory()] {
+            for (field, value, want) in &bad {
+                let mut m = base.clone();
+                m.insert(field.to_string(), value.clone());
+                let err = loops.write(&Value::Object(m).to_string()).unwrap_err();
+                match &err {
+                    WorldError::Validation { path, .. } => assert_eq!(path, want, "{field}: {value}"),
+                    other => panic!("{field}: {value}: {other}"),
+                }
+                assert_eq!(loops.read("ol_v").unwrap(), None, "{field}: {value} was stored");
+            }
+            // Every optional field may be left out, and extra fields are kept.
+            loops.write(r#"{"outerLoopId":"ol_v","inputHash":"sha256:a"}"#).unwrap();
+            loops.write(ok).unwrap();
+            let stored: Value = serde_json::from_str(&loops.read("ol_v").unwrap().unwrap()).unwrap();
+            assert_eq!(stored["extra"], true);
+            assert_eq!(stored["cycles"][0]["x"], 1);
         }
     }
 }
