@@ -55,8 +55,7 @@ impl OuterLoops {
     /// The manifests of the local world at `data_dir`.
     pub fn local(data_dir: &Path) -> Result<OuterLoops> {
         let dir = data_dir.join("outer-loops");
-        fs::create_dir_all(&dir)
-            .map_err(|e| WorldError::io("creating the outer-loops directory", Some(dir.clone()), e))?;
+        crate::core::artifacts::create_dir_synced(&dir, "the outer-loops directory")?;
         // Resolved, so every handle on this directory keys its write turns by the same paths.
         let dir = dir
             .canonicalize()
