@@ -152,6 +152,39 @@ describe.each(worldKinds)('outer-loop manifests on %s', (_name, makeWorld) => {
     expect((await readOuterLoopManifest(world, 'ol_1'))?.inputHash).toBe('sha256:abc');
     expect(await rejection(writeOuterLoopManifest(world, { outerLoopId: '../evil', inputHash: 'x' }))).toBeInstanceOf(WorldPathError);
   });
+
+  it('takes overlapping writes of one manifest in turn: each resolves or is refused for its inputHash', async () => {
+    const world = makeWorld();
+    for (let round = 0; round < 3; round++) {
+      const outerLoopId = `ol_race_${round}`;
+      const writes = Array.from({ length: 12 }, (_, i) => writeOuterLoopManifest(world, { outerLoopId, inputHash: `h${i % 2}`, note: i, cycles: [] }));
+      const settled = await Promise.allSettled(writes);
+      const stored = await readOuterLoopManifest(world, outerLoopId);
+      expect(stored).toBeDefined();
+      settled.forEach((r, i) => {
+        if (r.status === 'fulfilled') expect(`h${i % 2}`).toBe(stored?.inputHash);
+        else expect((r.reason as WorldError).code, String(r.reason)).toBe('OUTER_LOOP_INPUT_MISMATCH');
+      });
+      // The stored manifest is one that resolved.
+      expect(settled[stored?.note as number].status).toBe('fulfilled');
+    }
+  });
+
+  it('refuses a manifest that does not have the shape of an outer-loop manifest, naming the field', async () => {
+    const world = makeWorld();
+    const base = { outerLoopId: 'ol_shape', inputHash: 'sha256:1' };
+    for (const [bad, path] of [
+      [{ ...base, cycles: 'no' }, 'manifest.cycles'],
+      [{ ...base, maxCycles: -1 }, 'manifest.maxCycles'],
+      [{ ...base, result: { kind: 'maybe' } }, 'manifest.result.kind'],
+      [{ ...base, cycles: [{ cycleNumber: 1, status: 'completed' }] }, 'manifest.cycles[0].runId'],
+    ] as const) {
+      const err = await rejection(writeOuterLoopManifest(world, bad as never));
+      expect(err.code, path).toBe('EVENT_VALIDATION');
+      expect(err.path, path).toBe(path);
+    }
+    expect(await readOuterLoopManifest(world, 'ol_shape')).toBeUndefined();
+  });
 });
 
 describe('outer-loop manifests on disk', () => {
@@ -161,5 +194,18 @@ describe('outer-loop manifests on disk', () => {
     await writeOuterLoopManifest(world, { outerLoopId: 'ol_disk', inputHash: 'sha256:1', cycles: [] });
     expect(readdirSync(join(dataDir, 'outer-loops'))).toEqual(['ol_disk.json']);
     expect(JSON.parse(readFileSync(join(dataDir, 'outer-loops', 'ol_disk.json'), 'utf8'))).toEqual({ outerLoopId: 'ol_disk', inputHash: 'sha256:1', cycles: [] });
+  });
+
+  it('reports a stored file that is not the requested manifest as corrupt', async () => {
+    const dataDir = tempDir();
+    const world = track(localWorld({ dataDir }));
+    await writeOuterLoopManifest(world, { outerLoopId: 'ol_a', inputHash: 'sha256:1' });
+    const file = join(dataDir, 'outer-loops', 'ol_a.json');
+    for (const text of ['[]', '{"outerLoopId":"ol_b","inputHash":"sha256:1"}', '{"outerLoopId":"ol_a"}', '{"outerLoopId":"ol_a",']) {
+      writeFileSync(file, text);
+      const err = await rejection(readOuterLoopManifest(world, 'ol_a'));
+      expect(err.code, text).toBe('RUNTIME_INTEGRITY');
+      expect(err.message, text).toContain('ol_a.json');
+    }
   });
 });
