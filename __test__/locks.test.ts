@@ -11,6 +11,7 @@ import {
   OuterLoopInputMismatchError,
   readOuterLoopManifest,
   RunLockedError,
+  WorldClosedError,
   WorldPathError,
   writeOuterLoopManifest,
   type WorldError,
@@ -52,6 +53,20 @@ describe.each(worldKinds)('locks on %s', (_name, makeWorld) => {
     await next.release();
   });
 
+  it('lets go of its locks at close: a waiting taker rejects, and a release after the close resolves', async () => {
+    const world = makeWorld();
+    const lock = await acquireRunLock(world, 'run_close');
+    const waiting = rejection(acquireRunLock(world, 'run_close', { waitMs: 10_000 }));
+    await new Promise((r) => setTimeout(r, 50));
+    const started = Date.now();
+    await world.close();
+    expect(await waiting).toBeInstanceOf(WorldClosedError);
+    expect(Date.now() - started).toBeLessThan(2000);
+    await lock.release(); // close let go of it already: a no-op, as a double release is
+    await lock.release();
+    expect(await rejection(acquireRunLock(world, 'run_close'))).toBeInstanceOf(WorldClosedError);
+  });
+
   it('rejects malformed names before any I/O', async () => {
     const world = makeWorld();
     expect(await rejection(acquireRunLock(world, 'run_../x'))).toBeInstanceOf(WorldPathError);
@@ -91,6 +106,19 @@ describe('locks on disk', () => {
     const taken = await acquireRunLock(world, 'run_fresh');
     expect(taken.token).toMatch(/^lck_/);
     expect(readdirSync(join(dataDir, 'locks')).filter((f) => f.endsWith('.recovery'))).toEqual([]);
+  });
+
+  it('frees a closed world\'s locks for other worlds at once', async () => {
+    const dataDir = tempDir();
+    const a = track(localWorld({ dataDir }));
+    const b = track(localWorld({ dataDir }));
+    const lock = await acquireRunLock(a, 'run_freed');
+    await a.close();
+    expect(existsSync(lockDir(dataDir, 'run:run_freed'))).toBe(false);
+    const taken = await acquireRunLock(b, 'run_freed');
+    await lock.release(); // a no-op: it does not let go of b's lock
+    expect(await rejection(acquireRunLock(b, 'run_freed'))).toBeInstanceOf(RunLockedError);
+    await taken.release();
   });
 
   it('makes two paths to one data directory contend for the same lock', async () => {

@@ -87,12 +87,14 @@ pub enum WorldError {
     ArtifactBlobMissing { artifact_id: String, path: PathBuf },
 
     /// A lock is held by a live owner and `waitMs` ran out.
-    #[error("{name} is locked by pid {owner_pid} (token {owner_token}) since {since}")]
+    #[error("{name} is locked {holder}")]
     RunLocked {
         name: String,
+        /// The owner's pid; 0 when its owner file is not written yet or unreadable.
         owner_pid: u32,
-        owner_token: String,
-        since: String,
+        /// Who holds it, for the message: `by pid 123 (token lck_…) since …`, or why that is not
+        /// known.
+        holder: String,
     },
 
     /// An outer-loop manifest write carried another `inputHash` than the stored one.

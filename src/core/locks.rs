@@ -7,28 +7,49 @@
 //!
 //! An owner whose process is gone is stale, and the next taker recovers the lock. A lock
 //! directory whose `owner.json` is not written yet belongs to a taker that is between `mkdir` and
-//! the write; it is only presumed stale after a grace of 30 seconds. Recovery runs under a lock of
-//! its own (`<hash>.recovery`), so two recoverers cannot both win, and re-checks staleness once it
-//! holds it. A stale lock is renamed aside before it is deleted, so a taker never sees it half
-//! removed.
+//! the write; it is only presumed stale after a grace of 30 seconds. A stale lock is renamed aside
+//! before it is deleted, so a taker never sees it half removed. A taker that fails to write or
+//! sync its `owner.json` removes the directory again: it never hands out a token for it.
+//!
+//! Recovery runs under a lock of its own (`<hash>.recovery/`), so two recoverers cannot both win,
+//! and re-checks staleness once it holds it. While another live process holds that recovery lock,
+//! the lock counts as held (the taker waits and polls as usual). The recovery lock holds a single
+//! file, named by its holder's token and holding its owner record; it is prepared aside and
+//! renamed into place whole, so it is never seen without its holder. One whose holder process is
+//! gone is broken by deleting that very file (which fails if another taker broke it first), then
+//! the directory (which fails unless it is empty), so breaking a dead recoverer's lock can never
+//! remove a live one's. An empty `.recovery` directory (as older versions made) is respected for
+//! the grace.
+//!
+//! Within a process, the operations on one lock directory are serialized (see [`gate`]): two
+//! releases of one lock cannot both pass the owner check, the second then removing the lock of
+//! the next owner.
+//!
+//! [`Locks`] remembers the locks it handed out: [`Locks::close`] (the world's close) lets go of
+//! them, and a taker still waiting then gives up with `WorldError::Closed`.
 
 use crate::core::artifacts::{process_alive, sync_dir, write_synced};
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids::sha256_hex;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long a lock directory without a readable owner is presumed to be in the making.
 pub const OWNER_GRACE: Duration = Duration::from_secs(30);
 /// How often a waiting taker tries again.
 const POLL: Duration = Duration::from_millis(20);
+/// How many rounds one attempt makes (the lock vanishing or being recovered under it) before it
+/// reports the lock as held and leaves the rest to the taker's next poll.
+const ROUNDS: usize = 8;
 
 /// Who holds a lock, as stored in `owner.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -37,6 +58,17 @@ pub struct Owner {
     pub pid: u32,
     pub token: String,
     pub created_at: String,
+}
+
+impl Owner {
+    /// This process, holding `token` from now.
+    fn me(token: &str) -> Owner {
+        Owner {
+            pid: std::process::id(),
+            token: token.to_string(),
+            created_at: clock::now_iso(),
+        }
+    }
 }
 
 /// A lock this process holds.
@@ -69,10 +101,71 @@ fn new_token() -> String {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// The locks of a world, on disk or in memory.
-pub enum Locks {
+/// Who keeps a lock from being taken right now: the pid for `RunLockedError.ownerPid` (0 when
+/// unknown) and a description for the message.
+struct Busy {
+    pid: u32,
+    holder: String,
+}
+
+impl Busy {
+    fn of(owner: &Owner) -> Busy {
+        Busy {
+            pid: owner.pid,
+            holder: format!(
+                "by pid {} (token {}) since {}",
+                owner.pid, owner.token, owner.created_at
+            ),
+        }
+    }
+
+    /// A lock directory whose `owner.json` could not be read.
+    fn unknown(e: &std::io::Error) -> Busy {
+        let holder = if e.kind() == ErrorKind::NotFound {
+            "by a taker that has not written its owner file yet".to_string()
+        } else {
+            format!("by an owner whose owner file is unreadable ({e})")
+        };
+        Busy { pid: 0, holder }
+    }
+
+    /// A stale holder another taker is removing.
+    fn being_recovered(self) -> Busy {
+        Busy {
+            holder: format!("{}, presumed gone: another taker is recovering the lock", self.holder),
+            ..self
+        }
+    }
+
+    fn error(self, name: &str) -> WorldError {
+        WorldError::RunLocked {
+            name: name.to_string(),
+            owner_pid: self.pid,
+            holder: self.holder,
+        }
+    }
+}
+
+/// The locks of a world, on disk or in memory, and the ones it handed out.
+pub struct Locks {
+    store: Store,
+    handed: Mutex<Handed>,
+}
+
+enum Store {
     Local { dir: PathBuf },
     Memory(Mutex<HashMap<String, Owner>>),
+}
+
+/// What a world's locks remember of their own.
+#[derive(Default)]
+struct Handed {
+    /// Set by [`Locks::close`]: nothing more is handed out.
+    closed: bool,
+    /// Locks handed out and not seen released: name → token.
+    held: HashMap<String, String>,
+    /// `(name, token)` of the locks `close` let go of: releasing one afterwards is a no-op.
+    released_at_close: HashSet<(String, String)>,
 }
 
 impl Locks {
@@ -80,35 +173,40 @@ impl Locks {
     pub fn local(data_dir: &Path) -> Result<Locks> {
         let dir = data_dir.join("locks");
         fs::create_dir_all(&dir).map_err(|e| WorldError::io("creating the locks directory", Some(dir.clone()), e))?;
-        Ok(Locks::Local { dir })
+        Ok(Locks::new(Store::Local { dir }))
     }
 
     /// Locks kept in memory, for a virtual world.
     pub fn memory() -> Locks {
-        Locks::Memory(Mutex::new(HashMap::new()))
+        Locks::new(Store::Memory(Mutex::new(HashMap::new())))
     }
 
-    /// Take the lock `name`, waiting up to `wait` for a live owner to let go.
+    fn new(store: Store) -> Locks {
+        Locks {
+            store,
+            handed: Mutex::new(Handed::default()),
+        }
+    }
+
+    fn handed(&self) -> MutexGuard<'_, Handed> {
+        self.handed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take the lock `name`, waiting up to `wait` for a live owner to let go. Fails with
+    /// `WorldError::Closed` once [`Locks::close`] has run, also while waiting.
     pub fn acquire(&self, name: &str, wait: Duration) -> Result<Held> {
         let deadline = Instant::now() + wait;
         let token = new_token();
         loop {
+            if self.handed().closed {
+                return Err(WorldError::Closed);
+            }
             match self.try_take(name, &token)? {
-                None => {
-                    return Ok(Held {
-                        name: name.to_string(),
-                        token,
-                    })
-                }
-                Some(owner) => {
+                None => return self.hand_out(name, token),
+                Some(busy) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return Err(WorldError::RunLocked {
-                            name: name.to_string(),
-                            owner_pid: owner.pid,
-                            owner_token: owner.token,
-                            since: owner.created_at,
-                        });
+                        return Err(busy.error(name));
                     }
                     std::thread::sleep(POLL.min(deadline - now));
                 }
@@ -116,55 +214,79 @@ impl Locks {
         }
     }
 
-    /// One attempt: `None` when the lock is now ours, else its live owner (or the placeholder for
-    /// a lock still being written).
-    fn try_take(&self, name: &str, token: &str) -> Result<Option<Owner>> {
-        let me = Owner {
-            pid: std::process::id(),
-            token: token.to_string(),
-            created_at: clock::now_iso(),
-        };
-        match self {
-            Locks::Memory(map) => {
-                let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(owner) = map.get(name) {
-                    return Ok(Some(owner.clone()));
-                }
-                map.insert(name.to_string(), me);
-                Ok(None)
-            }
-            Locks::Local { dir } => {
-                let lock_dir = dir.join(sha256_hex(name.as_bytes()));
-                match fs::create_dir(&lock_dir) {
-                    Ok(()) => {
-                        let body = serde_json::to_vec(&me).expect("owner serializes");
-                        let tmp = lock_dir.join("owner.json.tmp");
-                        write_synced(&tmp, &body)?;
-                        fs::rename(&tmp, lock_dir.join("owner.json"))
-                            .map_err(|e| WorldError::io("writing a lock owner", Some(lock_dir.clone()), e))?;
-                        sync_dir(&lock_dir)?;
-                        sync_dir(dir)?;
-                        Ok(None)
-                    }
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => match inspect(&lock_dir) {
-                        Holder::Live(owner) => Ok(Some(owner)),
-                        Holder::Stale => {
-                            recover(dir, &lock_dir)?;
-                            self.try_take(name, token)
-                        }
-                        Holder::Gone => self.try_take(name, token),
-                    },
-                    Err(e) => Err(WorldError::io("taking a lock", Some(lock_dir), e)),
-                }
-            }
+    /// Remember a lock just taken, unless the world closed meanwhile: then let go of it again.
+    fn hand_out(&self, name: &str, token: String) -> Result<Held> {
+        let mut handed = self.handed();
+        if handed.closed {
+            drop(handed);
+            self.let_go(name, &token)?;
+            return Err(WorldError::Closed);
         }
+        handed.held.insert(name.to_string(), token.clone());
+        Ok(Held {
+            name: name.to_string(),
+            token,
+        })
     }
 
     /// Let go of a lock. Letting go of a lock that is already free is a no-op; a token that does
-    /// not own a held lock is refused with `RunLockedError`.
+    /// not own a held lock is refused with `RunLockedError`. Works after [`Locks::close`] too: a
+    /// lock close let go of is then already free.
     pub fn release(&self, name: &str, token: &str) -> Result<()> {
-        match self {
-            Locks::Memory(map) => {
+        let key = (name.to_string(), token.to_string());
+        if self.handed().released_at_close.contains(&key) {
+            return Ok(());
+        }
+        self.let_go(name, token)?;
+        let mut handed = self.handed();
+        if handed.held.get(name).is_some_and(|t| t == token) {
+            handed.held.remove(name);
+        }
+        Ok(())
+    }
+
+    /// Let go of every lock handed out and not released, and hand out no more: a taker still
+    /// waiting gives up at its next poll. Returns the first failure; a lock that could not be let
+    /// go of can still be released afterwards, and is recoverable once this process is gone.
+    pub fn close(&self) -> Result<()> {
+        let held: Vec<(String, String)> = {
+            let mut handed = self.handed();
+            handed.closed = true;
+            handed.held.drain().collect()
+        };
+        let mut first_error = None;
+        for (name, token) in held {
+            match self.let_go(&name, &token) {
+                Ok(()) => {
+                    self.handed().released_at_close.insert((name, token));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// One attempt: `None` when the lock is now ours, else who holds it.
+    fn try_take(&self, name: &str, token: &str) -> Result<Option<Busy>> {
+        match &self.store {
+            Store::Memory(map) => {
+                let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(owner) = map.get(name) {
+                    return Ok(Some(Busy::of(owner)));
+                }
+                map.insert(name.to_string(), Owner::me(token));
+                Ok(None)
+            }
+            Store::Local { dir } => take_local(dir, &dir.join(sha256_hex(name.as_bytes())), token),
+        }
+    }
+
+    /// Remove the lock `name` if `token` holds it (see [`Locks::release`]).
+    fn let_go(&self, name: &str, token: &str) -> Result<()> {
+        match &self.store {
+            Store::Memory(map) => {
                 let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
                 match map.get(name) {
                     None => Ok(()),
@@ -172,43 +294,89 @@ impl Locks {
                         map.remove(name);
                         Ok(())
                     }
-                    Some(o) => Err(not_yours(name, o)),
+                    Some(o) => Err(Busy::of(o).error(name)),
                 }
             }
-            Locks::Local { dir } => {
+            Store::Local { dir } => {
                 let lock_dir = dir.join(sha256_hex(name.as_bytes()));
+                // Under the gate, nothing in this process changes the directory between the owner
+                // check and the rename; no other process removes a live owner's lock.
+                let _gate = gate(&lock_dir);
                 match read_owner(&lock_dir) {
                     Ok(Some(o)) if o.token == token => {
-                        remove_aside(dir, &lock_dir, token)?;
-                        Ok(())
+                        hook("release.checked")?;
+                        remove_aside(dir, &lock_dir, token)
                     }
-                    Ok(Some(o)) => Err(not_yours(name, &o)),
+                    Ok(Some(o)) => Err(Busy::of(&o).error(name)),
                     Ok(None) => Ok(()),
                     Err(_) if !lock_dir.exists() => Ok(()),
-                    Err(_) => Err(WorldError::RunLocked {
-                        name: name.to_string(),
-                        owner_pid: 0,
-                        owner_token: String::new(),
-                        since: "(owner being written)".into(),
-                    }),
+                    Err(e) => Err(Busy::unknown(&e).error(name)),
                 }
             }
         }
     }
 }
 
-fn not_yours(name: &str, owner: &Owner) -> WorldError {
-    WorldError::RunLocked {
-        name: name.to_string(),
-        owner_pid: owner.pid,
-        owner_token: owner.token.clone(),
-        since: owner.created_at.clone(),
+/// Serializes, within this process, the operations on one lock directory: every world on the
+/// same data directory shares it. Striped: two directories may share a stripe, which only makes
+/// them wait for each other; no operation takes two.
+fn gate(lock_dir: &Path) -> MutexGuard<'static, ()> {
+    const STRIPES: usize = 64;
+    static GATES: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
+    let mut h = DefaultHasher::new();
+    lock_dir.hash(&mut h);
+    GATES[(h.finish() % STRIPES as u64) as usize]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// One attempt at taking `lock_dir` for `token`: `None` when it is now ours, else who holds it.
+fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<Busy>> {
+    let _gate = gate(lock_dir);
+    for _ in 0..ROUNDS {
+        match fs::create_dir(lock_dir) {
+            Ok(()) => return write_owner(dir, lock_dir, &Owner::me(token)).map(|()| None),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => match inspect(lock_dir) {
+                Holder::Live(busy) => return Ok(Some(busy)),
+                Holder::Stale(busy) => {
+                    if !recover(dir, lock_dir)? {
+                        return Ok(Some(busy.being_recovered()));
+                    }
+                }
+                Holder::Gone => {}
+            },
+            Err(e) => return Err(WorldError::io("taking a lock", Some(lock_dir.to_path_buf()), e)),
+        }
     }
+    Ok(Some(Busy {
+        pid: 0,
+        holder: "(it changed hands repeatedly during this attempt)".into(),
+    }))
+}
+
+/// Write `me` into the lock directory just made, and sync it. On failure the directory is removed
+/// again: its token is never handed out, so nobody else would let go of it.
+fn write_owner(dir: &Path, lock_dir: &Path, me: &Owner) -> Result<()> {
+    let body = serde_json::to_vec(me).expect("owner serializes");
+    let tmp = lock_dir.join("owner.json.tmp");
+    let result = hook("owner.write")
+        .and_then(|()| write_synced(&tmp, &body))
+        .and_then(|()| {
+            fs::rename(&tmp, lock_dir.join("owner.json"))
+                .map_err(|e| WorldError::io("writing a lock owner", Some(lock_dir.to_path_buf()), e))
+        })
+        .and_then(|()| hook("owner.sync"))
+        .and_then(|()| sync_dir(lock_dir))
+        .and_then(|()| sync_dir(dir));
+    if result.is_err() {
+        let _ = remove_aside(dir, lock_dir, "untaken");
+    }
+    result
 }
 
 enum Holder {
-    Live(Owner),
-    Stale,
+    Live(Busy),
+    Stale(Busy),
     /// The directory vanished meanwhile: try again.
     Gone,
 }
@@ -226,64 +394,164 @@ fn read_owner(lock_dir: &Path) -> std::io::Result<Option<Owner>> {
 
 fn inspect(lock_dir: &Path) -> Holder {
     match read_owner(lock_dir) {
-        Ok(Some(owner)) if process_alive(owner.pid) => Holder::Live(owner),
-        Ok(Some(_)) => Holder::Stale,
+        Ok(Some(owner)) if process_alive(owner.pid) => Holder::Live(Busy::of(&owner)),
+        Ok(Some(owner)) => Holder::Stale(Busy::of(&owner)),
         Ok(None) => Holder::Gone,
-        Err(_) => {
-            // No readable owner yet: a taker between mkdir and its write, unless it has been so
-            // for longer than the grace.
-            let age = fs::metadata(lock_dir)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| SystemTime::now().duration_since(t).ok());
-            match age {
-                None => Holder::Gone,
-                Some(a) if a > OWNER_GRACE => Holder::Stale,
-                Some(_) => Holder::Live(Owner {
-                    pid: 0,
-                    token: String::new(),
-                    created_at: "(owner being written)".into(),
-                }),
-            }
+        // No readable owner yet: a taker between mkdir and its write, unless it has been so for
+        // longer than the grace.
+        Err(e) => match age(lock_dir) {
+            None => Holder::Gone,
+            Some(a) if a > OWNER_GRACE => Holder::Stale(Busy::unknown(&e)),
+            Some(_) => Holder::Live(Busy::unknown(&e)),
+        },
+    }
+}
+
+/// How long ago `path` was last modified (zero if in the future); `None` when it is gone.
+fn age(path: &Path) -> Option<Duration> {
+    let modified = fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    Some(SystemTime::now().duration_since(modified).unwrap_or(Duration::ZERO))
+}
+
+/// Remove a stale lock under the recovery lock, re-checking that it is still stale. `false` when
+/// another live taker is recovering it.
+fn recover(dir: &Path, lock_dir: &Path) -> Result<bool> {
+    let Some(_recovery) = RecoveryLock::take(dir, lock_dir)? else {
+        return Ok(false);
+    };
+    match inspect(lock_dir) {
+        Holder::Stale(_) => remove_aside(dir, lock_dir, "stale")?,
+        Holder::Live(_) | Holder::Gone => {}
+    }
+    Ok(true)
+}
+
+/// The recovery lock of one lock directory, held by this process; let go of when dropped.
+struct RecoveryLock {
+    dir: PathBuf,
+    path: PathBuf,
+    token: String,
+}
+
+enum RecoveryHolder {
+    Free,
+    Live,
+    /// Its holder is gone: the holder's file to delete first (none for an empty directory).
+    Stale(Option<OsString>),
+}
+
+impl RecoveryLock {
+    /// Take the recovery lock of `lock_dir`, breaking one whose holder is gone; `None` while a
+    /// live taker holds it.
+    fn take(dir: &Path, lock_dir: &Path) -> Result<Option<RecoveryLock>> {
+        let path = lock_dir.with_extension("recovery");
+        let token = new_token();
+        // Prepared aside, whole, then renamed into place: never seen without its holder.
+        let staged = dir.join(format!("{}.{token}.staged", file_name(&path)));
+        let io = |e| WorldError::io("taking a recovery lock", Some(path.clone()), e);
+        let placed = fs::create_dir(&staged)
+            .and_then(|()| {
+                let body = serde_json::to_vec(&Owner::me(&token)).expect("owner serializes");
+                fs::write(staged.join(&token), body)
+            })
+            .map_err(io)
+            .and_then(|()| place(&staged, &path).map_err(io));
+        if !matches!(placed, Ok(true)) {
+            let _ = fs::remove_dir_all(&staged);
+        }
+        Ok(placed?.then(|| RecoveryLock {
+            dir: dir.to_path_buf(),
+            path,
+            token,
+        }))
+    }
+}
+
+impl Drop for RecoveryLock {
+    fn drop(&mut self) {
+        // Nobody breaks a live holder's recovery lock, so the directory is still ours: rename it
+        // aside whole, then delete it.
+        let aside = self
+            .dir
+            .join(format!("{}.{}.removed", file_name(&self.path), self.token));
+        if fs::rename(&self.path, &aside).is_ok() {
+            let _ = fs::remove_dir_all(&aside);
+        } else {
+            let _ = fs::remove_file(self.path.join(&self.token));
+            let _ = fs::remove_dir(&self.path);
         }
     }
 }
 
-/// Remove a stale lock under the recovery lock, re-checking that it is still stale.
-fn recover(dir: &Path, lock_dir: &Path) -> Result<()> {
-    let recovery = lock_dir.with_extension("recovery");
-    match fs::create_dir(&recovery) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            // Another process is recovering. A recovery lock left by a crashed recoverer is itself
-            // stale after the grace.
-            let old = fs::metadata(&recovery)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| SystemTime::now().duration_since(t).ok())
-                .is_some_and(|a| a > OWNER_GRACE);
-            if old {
-                let _ = fs::remove_dir(&recovery);
+/// Rename `staged` into place as the recovery lock `path`: `false` while a live taker holds it.
+fn place(staged: &Path, path: &Path) -> std::io::Result<bool> {
+    for _ in 0..ROUNDS {
+        // Look first: a rename onto an empty directory replaces it, and an empty one may be a live
+        // holder's of an older version.
+        match recovery_holder(path) {
+            RecoveryHolder::Free => match fs::rename(staged, path) {
+                Ok(()) => return Ok(true),
+                Err(_) if path.exists() => {} // another taker placed theirs first: look again
+                Err(e) => return Err(e),
+            },
+            RecoveryHolder::Live => return Ok(false),
+            RecoveryHolder::Stale(file) => {
+                hook("recovery.breaking").map_err(std::io::Error::other)?;
+                break_stale(path, file.as_deref());
             }
-            return Ok(());
         }
-        Err(e) => return Err(WorldError::io("taking a recovery lock", Some(recovery), e)),
     }
-    let result = match inspect(lock_dir) {
-        Holder::Stale => remove_aside(dir, lock_dir, "stale"),
-        Holder::Live(_) | Holder::Gone => Ok(()),
+    Ok(false)
+}
+
+/// Who holds the recovery lock at `path`.
+fn recovery_holder(path: &Path) -> RecoveryHolder {
+    let entries: Vec<OsString> = match fs::read_dir(path) {
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect(),
+        Err(e) if e.kind() == ErrorKind::NotFound => return RecoveryHolder::Free,
+        Err(_) => return RecoveryHolder::Live,
     };
-    let _ = fs::remove_dir(&recovery);
-    result
+    let old = age(path).is_none_or(|a| a > OWNER_GRACE);
+    match entries.as_slice() {
+        [] if old => RecoveryHolder::Stale(None),
+        [file] => {
+            let holder = fs::read(path.join(file))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Owner>(&b).ok());
+            match holder {
+                // Recovery happens under the lock directory's gate, so a recovery lock of this
+                // process seen here is a leftover (one whose removal failed), not a live one.
+                Some(o) if process_alive(o.pid) && o.pid != std::process::id() => RecoveryHolder::Live,
+                Some(_) => RecoveryHolder::Stale(Some(file.clone())),
+                None if old => RecoveryHolder::Stale(Some(file.clone())),
+                None => RecoveryHolder::Live,
+            }
+        }
+        // Empty and fresh: a holder of an older version. Several entries: not one this version
+        // makes, left alone.
+        _ => RecoveryHolder::Live,
+    }
+}
+
+/// Break a recovery lock whose holder is gone: delete that holder's file (which fails if another
+/// taker broke it first), then the directory (which fails unless it is empty, and a live holder's
+/// never is). Either way no live holder's recovery lock is removed.
+fn break_stale(path: &Path, file: Option<&OsStr>) {
+    if let Some(file) = file {
+        if fs::remove_file(path.join(file)).is_err() {
+            return;
+        }
+    }
+    let _ = fs::remove_dir(path);
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or("lock")
 }
 
 /// Rename a lock directory aside (atomically freeing the name), then delete it.
 fn remove_aside(dir: &Path, lock_dir: &Path, tag: &str) -> Result<()> {
-    let aside = dir.join(format!(
-        "{}.{tag}.{}.removed",
-        lock_dir.file_name().and_then(|n| n.to_str()).unwrap_or("lock"),
-        new_token()
-    ));
+    let aside = dir.join(format!("{}.{tag}.{}.removed", file_name(lock_dir), new_token()));
     match fs::rename(lock_dir, &aside) {
         Ok(()) => {
             let _ = fs::remove_dir_all(&aside);
@@ -295,8 +563,93 @@ fn remove_aside(dir: &Path, lock_dir: &Path, tag: &str) -> Result<()> {
 }
 
 #[cfg(test)]
+type HookFn = Box<dyn FnMut(&str) -> std::io::Result<()>>;
+
+#[cfg(test)]
+thread_local! {
+    /// What a test does at the named steps of this thread's lock operations.
+    static HOOK: std::cell::RefCell<Option<HookFn>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A test's seam at a named step: it may fail the step, or act (as another process would) there.
+/// Does nothing outside tests.
+#[cfg(test)]
+fn hook(step: &str) -> Result<()> {
+    let Some(mut f) = HOOK.with(|h| h.borrow_mut().take()) else {
+        return Ok(());
+    };
+    let out = f(step);
+    HOOK.with(|h| *h.borrow_mut() = Some(f));
+    out.map_err(|e| WorldError::io(format!("at {step}"), None, e))
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn hook(_step: &str) -> Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+
+    const DEAD_PID: u32 = 2_147_483_646;
+
+    fn lock_dir(data: &Path, name: &str) -> PathBuf {
+        data.join("locks").join(sha256_hex(name.as_bytes()))
+    }
+
+    /// A lock directory owned by a process that is gone.
+    fn dead_lock(data: &Path, name: &str) -> PathBuf {
+        let dir = lock_dir(data, name);
+        fs::create_dir(&dir).unwrap();
+        let dead = Owner {
+            pid: DEAD_PID,
+            token: "lck_dead".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+        };
+        fs::write(dir.join("owner.json"), serde_json::to_vec(&dead).unwrap()).unwrap();
+        dir
+    }
+
+    /// A recovery lock as this version makes it, held by `pid`.
+    fn recovery_lock(lock_dir: &Path, pid: u32, token: &str) -> PathBuf {
+        let path = lock_dir.with_extension("recovery");
+        fs::create_dir(&path).unwrap();
+        let owner = Owner {
+            pid,
+            token: token.into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+        };
+        fs::write(path.join(token), serde_json::to_vec(&owner).unwrap()).unwrap();
+        path
+    }
+
+    fn backdate(path: &Path, by: Duration) {
+        let t = SystemTime::now() - by;
+        fs::File::open(path).unwrap().set_modified(t).unwrap();
+    }
+
+    fn set_hook(f: impl FnMut(&str) -> std::io::Result<()> + 'static) {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    fn clear_hook() {
+        HOOK.with(|h| *h.borrow_mut() = None);
+    }
+
+    /// The entries of the locks directory other than lock directories themselves.
+    fn leftovers(data: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(data.join("locks"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains('.'))
+            .collect();
+        names.sort();
+        names
+    }
 
     #[test]
     fn one_holder_at_a_time_and_release_is_idempotent() {
@@ -320,7 +673,7 @@ mod tests {
     #[test]
     fn a_waiting_taker_gets_the_lock_when_it_is_released() {
         let dir = tempfile::tempdir().unwrap();
-        let locks = std::sync::Arc::new(Locks::local(dir.path()).unwrap());
+        let locks = Arc::new(Locks::local(dir.path()).unwrap());
         let a = locks.acquire("run:run_w", Duration::ZERO).unwrap();
         let l2 = locks.clone();
         let waiter = std::thread::spawn(move || l2.acquire("run:run_w", Duration::from_secs(10)));
@@ -333,23 +686,243 @@ mod tests {
     fn a_dead_owner_is_recovered_and_a_fresh_ownerless_lock_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let locks = Locks::local(dir.path()).unwrap();
-        let lock_dir = dir.path().join("locks").join(sha256_hex(b"run:run_dead"));
-        fs::create_dir(&lock_dir).unwrap();
-        let dead = Owner {
-            pid: 2_147_483_646,
-            token: "lck_dead".into(),
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-        };
-        fs::write(lock_dir.join("owner.json"), serde_json::to_vec(&dead).unwrap()).unwrap();
+        dead_lock(dir.path(), "run:run_dead");
         let held = locks.acquire("run:run_dead", Duration::ZERO).unwrap();
         assert_ne!(held.token, "lck_dead");
 
-        // A lock directory whose owner is not written yet is respected during the grace.
-        let fresh = dir.path().join("locks").join(sha256_hex(b"run:run_fresh"));
+        // A lock directory whose owner is not written yet is respected during the grace, and the
+        // message says so (rather than "pid 0 (token )").
+        let fresh = lock_dir(dir.path(), "run:run_fresh");
         fs::create_dir(&fresh).unwrap();
+        let err = locks.acquire("run:run_fresh", Duration::ZERO).unwrap_err();
+        assert_eq!(err.code(), "RUN_LOCKED");
         assert_eq!(
-            locks.acquire("run:run_fresh", Duration::ZERO).unwrap_err().code(),
-            "RUN_LOCKED"
+            err.to_string(),
+            "run:run_fresh is locked by a taker that has not written its owner file yet"
+        );
+        let err = locks.release("run:run_fresh", "lck_x").unwrap_err();
+        assert!(err.to_string().contains("not written its owner file yet"), "{err}");
+        fs::write(fresh.join("owner.json"), b"{not json").unwrap();
+        let err = locks.acquire("run:run_fresh", Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("owner file is unreadable"), "{err}");
+        // After the grace it is presumed abandoned.
+        backdate(&fresh, OWNER_GRACE + Duration::from_secs(1));
+        locks.acquire("run:run_fresh", Duration::ZERO).unwrap();
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    /// A `.recovery` directory used to make `try_take` recurse without end (a stack overflow that
+    /// aborted the process). Someone else's recovery now counts as holding the lock.
+    #[test]
+    fn a_lock_another_taker_is_recovering_counts_as_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Locks::local(dir.path()).unwrap();
+        let name = "run:run_r";
+        let lock = dead_lock(dir.path(), name);
+
+        // A fresh empty recovery directory (as older versions make): a live recoverer.
+        let recovery = lock.with_extension("recovery");
+        fs::create_dir(&recovery).unwrap();
+        let err = locks.acquire(name, Duration::ZERO).unwrap_err();
+        assert_eq!(err.code(), "RUN_LOCKED");
+        assert!(
+            err.to_string().contains("another taker is recovering the lock"),
+            "{err}"
+        );
+        // waitMs is respected: the taker polls until its deadline.
+        let started = Instant::now();
+        let err = locks.acquire(name, Duration::from_millis(120)).unwrap_err();
+        assert_eq!(err.code(), "RUN_LOCKED");
+        assert!(started.elapsed() >= Duration::from_millis(120));
+        // Left by a recoverer that crashed: broken after the grace.
+        backdate(&recovery, OWNER_GRACE + Duration::from_secs(1));
+        let held = locks.acquire(name, Duration::ZERO).unwrap();
+        assert_ne!(held.token, "lck_dead");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_recovery_lock_is_broken_when_its_holder_is_gone_and_never_while_it_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Locks::local(dir.path()).unwrap();
+
+        // Held by a process that is gone (SIGKILLed mid-recovery): broken at once.
+        let lock = dead_lock(dir.path(), "run:run_k");
+        recovery_lock(&lock, DEAD_PID, "lck_killed");
+        locks.acquire("run:run_k", Duration::ZERO).unwrap();
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+
+        // Held by a live process (pid 1 always is), however long: the lock counts as held.
+        let lock = dead_lock(dir.path(), "run:run_l");
+        let recovery = recovery_lock(&lock, 1, "lck_live");
+        backdate(&recovery, OWNER_GRACE + Duration::from_secs(1));
+        let err = locks.acquire("run:run_l", Duration::ZERO).unwrap_err();
+        assert_eq!(err.code(), "RUN_LOCKED");
+        assert!(recovery.join("lck_live").exists());
+    }
+
+    /// Two takers see the same dead recoverer: the one that breaks its lock second must not
+    /// remove the recovery lock the first one has placed meanwhile.
+    #[test]
+    fn breaking_a_dead_recoverers_lock_never_removes_a_live_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Locks::local(dir.path()).unwrap();
+        for (case, token) in [("dead holder", Some("lck_killed")), ("old empty", None)] {
+            let name = format!("run:run_{}", case.replace(' ', "_"));
+            let lock = dead_lock(dir.path(), &name);
+            let recovery = match token {
+                Some(t) => recovery_lock(&lock, DEAD_PID, t),
+                None => {
+                    let r = lock.with_extension("recovery");
+                    fs::create_dir(&r).unwrap();
+                    backdate(&r, OWNER_GRACE + Duration::from_secs(1));
+                    r
+                }
+            };
+            // Between our look and our break, another process breaks it and places its own.
+            let r = recovery.clone();
+            set_hook(move |step| {
+                if step == "recovery.breaking" && !r.join("lck_other").exists() {
+                    if let Some(t) = token {
+                        fs::remove_file(r.join(t))?;
+                    }
+                    fs::remove_dir(&r)?;
+                    let other = Owner {
+                        pid: 1,
+                        token: "lck_other".into(),
+                        created_at: "2026-01-01T00:00:00.000Z".into(),
+                    };
+                    let staged = r.with_extension("staged");
+                    fs::create_dir(&staged)?;
+                    fs::write(staged.join("lck_other"), serde_json::to_vec(&other).unwrap())?;
+                    fs::rename(&staged, &r)?;
+                }
+                Ok(())
+            });
+            let err = locks.acquire(&name, Duration::ZERO).unwrap_err();
+            clear_hook();
+            assert_eq!(err.code(), "RUN_LOCKED", "{case}");
+            assert!(
+                recovery.join("lck_other").exists(),
+                "{case}: the live recovery lock was removed"
+            );
+            assert!(lock.join("owner.json").exists(), "{case}");
+        }
+    }
+
+    /// Two releases of one lock at once (double release is a no-op, so callers may do it): the
+    /// slower one must not remove the lock the next owner took in between.
+    #[test]
+    fn two_releases_at_once_cannot_remove_the_next_owners_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Arc::new(Locks::local(dir.path()).unwrap());
+        let name = "run:run_twice";
+        let first = locks.acquire(name, Duration::ZERO).unwrap();
+        let (checked_tx, checked_rx) = mpsc::channel();
+        let slow = {
+            let locks = locks.clone();
+            let token = first.token.clone();
+            std::thread::spawn(move || {
+                // This release pauses between its owner check and its rename.
+                set_hook(move |step| {
+                    if step == "release.checked" {
+                        let _ = checked_tx.send(());
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                    Ok(())
+                });
+                locks.release(name, &token)
+            })
+        };
+        checked_rx.recv().unwrap();
+        locks.release(name, &first.token).unwrap();
+        let next = locks.acquire(name, Duration::from_secs(5)).unwrap();
+        slow.join().unwrap().unwrap();
+        let owner = read_owner(&lock_dir(dir.path(), name)).unwrap();
+        assert_eq!(
+            owner.map(|o| o.token),
+            Some(next.token),
+            "the next owner's lock was removed"
+        );
+    }
+
+    #[test]
+    fn a_lock_whose_owner_cannot_be_written_or_synced_is_not_left_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Locks::local(dir.path()).unwrap();
+        for step in ["owner.write", "owner.sync"] {
+            set_hook(move |s| {
+                if s == step {
+                    Err(std::io::Error::other("injected"))
+                } else {
+                    Ok(())
+                }
+            });
+            let err = locks.acquire("run:run_io", Duration::ZERO).unwrap_err();
+            clear_hook();
+            assert_eq!(err.code(), "WORLD_IO", "{step}");
+            assert!(!lock_dir(dir.path(), "run:run_io").exists(), "{step}");
+            assert_eq!(leftovers(dir.path()), Vec::<String>::new(), "{step}");
+            let held = locks.acquire("run:run_io", Duration::ZERO).unwrap();
+            locks.release("run:run_io", &held.token).unwrap();
+        }
+    }
+
+    #[test]
+    fn close_lets_go_of_held_locks_and_stops_waiting_takers() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two worlds on one data directory.
+        let a = Arc::new(Locks::local(dir.path()).unwrap());
+        let b = Locks::local(dir.path()).unwrap();
+        let x = a.acquire("run:run_x", Duration::ZERO).unwrap();
+        let y = a.acquire("outer-loop:ol_y", Duration::ZERO).unwrap();
+        let released = a.acquire("run:run_done", Duration::ZERO).unwrap();
+        a.release("run:run_done", &released.token).unwrap();
+        let z = b.acquire("run:run_z", Duration::ZERO).unwrap();
+        let waiting = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                (a.acquire("run:run_z", Duration::from_secs(10)), started.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        a.close().unwrap();
+        let (out, waited) = waiting.join().unwrap();
+        assert_eq!(out.unwrap_err().code(), "WORLD_CLOSED");
+        assert!(waited < Duration::from_secs(2), "waited {waited:?}");
+        // The closed world's locks are free for others at once.
+        b.acquire("run:run_x", Duration::ZERO).unwrap();
+        b.acquire("outer-loop:ol_y", Duration::ZERO).unwrap();
+        // Releasing them afterwards is the no-op a double release is, even now that b holds them.
+        a.release("run:run_x", &x.token).unwrap();
+        a.release("outer-loop:ol_y", &y.token).unwrap();
+        a.release("run:run_done", &released.token).unwrap();
+        assert!(read_owner(&lock_dir(dir.path(), "run:run_x")).unwrap().is_some());
+        assert_eq!(
+            a.acquire("run:run_n", Duration::ZERO).unwrap_err().code(),
+            "WORLD_CLOSED"
+        );
+        b.release("run:run_z", &z.token).unwrap();
+
+        // The same in memory.
+        let m = Arc::new(Locks::memory());
+        let held = m.acquire("run:run_m", Duration::ZERO).unwrap();
+        let waiting = {
+            let m = m.clone();
+            std::thread::spawn(move || m.acquire("run:run_m", Duration::from_secs(10)))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        m.close().unwrap();
+        assert_eq!(waiting.join().unwrap().unwrap_err().code(), "WORLD_CLOSED");
+        match &m.store {
+            Store::Memory(map) => assert!(map.lock().unwrap().is_empty()),
+            Store::Local { .. } => unreachable!(),
+        }
+        m.release("run:run_m", &held.token).unwrap();
+        assert_eq!(
+            m.acquire("run:run_m", Duration::ZERO).unwrap_err().code(),
+            "WORLD_CLOSED"
         );
     }
 }

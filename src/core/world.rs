@@ -374,10 +374,14 @@ impl World {
         Ok(())
     }
 
-    /// Let go of a lock (see [`Locks::release`]).
+    /// Let go of a lock (see [`Locks::release`]). Also on a closed world: its close let go of its
+    /// locks, and releasing one again is the no-op a double release is.
     pub fn release_lock(&self, ticket: Ticket, name: String, token: String) -> Result<()> {
         let locks = self.inner.locks.clone();
-        self.run(ticket, move || locks.release(&name, &token).map(|()| Output::Unit))
+        Pool::global().run(self.inner.completer.clone(), ticket, move || {
+            locks.release(&name, &token).map(|()| Output::Unit)
+        });
+        Ok(())
     }
 
     /// Read an outer-loop manifest; completes with its JSON, or `null`.
@@ -436,14 +440,25 @@ impl World {
         Ok(())
     }
 
-    /// Stop accepting work; `ticket` completes once every queued append has committed.
+    /// Stop accepting work; `ticket` completes once the world has let go of the locks it holds (a
+    /// taker still waiting gives up with `WorldError::Closed`) and every queued append has
+    /// committed.
     pub fn close(&self, ticket: Ticket) -> Result<()> {
         let submit = self.inner.submit.lock().expect("submit lock").take();
         self.inner.closed.store(true, Ordering::Release);
-        match submit {
-            Some(s) if s.prep.send(PrepMsg::Close(ticket)).is_ok() => {}
-            _ => self.inner.completer.complete(vec![(ticket, Ok(Output::Unit))]),
-        }
+        let locks = self.inner.locks.clone();
+        let completer = self.inner.completer.clone();
+        // Off the caller's thread: letting go of a lock on disk is a few file operations and an
+        // fsync. Appends queued before the close are ahead of it in the prep channel still.
+        spawn("little-world-close", move || {
+            // A lock that cannot be let go of now can still be released after the close (see
+            // `release_lock`), and is recoverable by others once this process is gone.
+            let _ = locks.close();
+            match submit {
+                Some(s) if s.prep.send(PrepMsg::Close(ticket)).is_ok() => {}
+                _ => completer.complete(vec![(ticket, Ok(Output::Unit))]),
+            }
+        });
         Ok(())
     }
 }

@@ -196,3 +196,58 @@ fn call_order_holds_when_large_and_small_payloads_mix() {
         assert_eq!(env["payload"]["stepPath"], format!("s{t}"));
     }
 }
+
+/// The world's close lets go of the locks it holds and makes a taker still waiting give up; a
+/// release afterwards resolves (the lock is already free) rather than failing WORLD_CLOSED.
+#[test]
+fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    for local in [true, false] {
+        let (c, rx) = channel();
+        let world = if local {
+            World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap()
+        } else {
+            World::open_virtual(Pricing::default(), c)
+        };
+        world.acquire_lock(1, "run:run_c".into(), Duration::ZERO).unwrap();
+        let held = json_of(wait_all(&rx, 1).pop().unwrap().1);
+        let token = held["token"].as_str().unwrap().to_string();
+        // A taker waiting for a lock the world holds itself.
+        world
+            .acquire_lock(2, "run:run_c".into(), Duration::from_secs(10))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let started = std::time::Instant::now();
+        world.close(3).unwrap();
+        let mut done = wait_all(&rx, 2);
+        done.sort_by_key(|(t, _)| *t);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let mut done = done.into_iter();
+        assert_eq!(done.next().unwrap().1.unwrap_err().code(), "WORLD_CLOSED");
+        assert!(done.next().unwrap().1.is_ok());
+
+        world.release_lock(4, "run:run_c".into(), token.clone()).unwrap();
+        assert!(matches!(wait_all(&rx, 1).pop().unwrap().1, Ok(Output::Unit)));
+        assert_eq!(
+            world
+                .acquire_lock(5, "run:run_c".into(), Duration::ZERO)
+                .unwrap_err()
+                .code(),
+            "WORLD_CLOSED"
+        );
+        if local {
+            // Free for another world at once.
+            let (c2, rx2) = channel();
+            let other = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c2).unwrap();
+            other.acquire_lock(6, "run:run_c".into(), Duration::ZERO).unwrap();
+            assert_ne!(json_of(wait_all(&rx2, 1).pop().unwrap().1)["token"], token.as_str());
+            // The closed world's release is still a no-op, not a release of the new owner's lock.
+            world.release_lock(7, "run:run_c".into(), token.clone()).unwrap();
+            assert!(wait_all(&rx, 1).pop().unwrap().1.is_ok());
+            other.acquire_lock(8, "run:run_c".into(), Duration::ZERO).unwrap();
+            let still_held = wait_all(&rx2, 1).pop().unwrap().1;
+            assert_eq!(still_held.unwrap_err().code(), "RUN_LOCKED");
+        }
+    }
+}
