@@ -172,7 +172,7 @@ impl Locks {
     /// The locks of the local world at `data_dir` (already resolved to its real path).
     pub fn local(data_dir: &Path) -> Result<Locks> {
         let dir = data_dir.join("locks");
-        fs::create_dir_all(&dir).map_err(|e| WorldError::io("creating the locks directory", Some(dir.clone()), e))?;
+        crate::core::artifacts::create_dir_synced(&dir, "the locks directory")?;
         Ok(Locks::new(Store::Local { dir }))
     }
 
