@@ -673,7 +673,10 @@ export async function readArtifact(world: World, ref: string): Promise<ReadArtif
 // ---------------------------------------------------------------------------------------------
 // Materialization and pricing
 
-/** A pricing registry: USD per one million tokens. */
+/**
+ * A pricing registry: USD per one million tokens. A registry given to a world is merged over the
+ * bundled one model by model: a model it prices takes none of the bundled entries for it.
+ */
 export type PricingRegistry = {
   asOf?: string;
   models: Array<{
@@ -682,8 +685,15 @@ export type PricingRegistry = {
     inputPerMTok: number;
     outputPerMTok: number;
     cacheReadPerMTok?: number;
+    /**
+     * From when this entry applies: an ISO-8601 instant with an offset, or a date (its midnight
+     * UTC); without it, from the beginning. A model may have several entries; a call is priced by
+     * the latest one in effect at its `recordedAt` (none in effect yet: unpriced, `null`).
+     */
+    effectiveFrom?: string;
     /** The provider's public price page (the bundled registry names one for every entry). */
     source?: string;
+    note?: string;
   }>;
 };
 

@@ -18,14 +18,15 @@ function randomRun(runId: string, next: () => number): EventEnvelope[] {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)];
   const int = (n: number) => Math.floor(next() * n);
   const steps = ['a', 'b', 'fan/x', 'fan/y', 'deep/one/two'];
-  const models = [['openai', 'gpt-5'], ['OpenAI', 'gpt-5-mini'], ['anthropic', 'claude-sonnet-4-5'], ['acme', 'm1'], ['nobody', 'unpriced'], ['google', 'gemini-2.5-pro']];
+  const models = [['openai', 'gpt-5'], ['OpenAI', 'gpt-5-mini'], ['anthropic', 'claude-sonnet-4-5'], ['acme', 'm1'], ['acme', 'late'], ['nobody', 'unpriced'], ['google', 'gemini-2.5-pro'], ['google', 'gemini-4-carbon']];
   const refs = ['artifact://art_00000000000000aa', 'artifact://art_0123456789abcdef', 'not artifact://art_00000000000000aa'];
   const manifests = [{ a: 1 }, { a: 2 }, { b: [1, 'x'] }];
   const values = [null, 1, 'text', { nested: { v: [1, 2] } }, [], refs[0]];
   const events: Omit<EventEnvelope, 'eventId' | 'sequence' | 'runId'>[] = [];
   const n = 1 + int(60);
   for (let i = 0; i < n; i++) {
-    const at = `2026-01-01T00:${String(int(60)).padStart(2, '0')}:00.000Z`;
+    // Days on both sides of the dated registry entries (the bundled 2026-12-01, the override's).
+    const at = `2026-${pick(['11-30', '12-01', '12-02', '12-03'])}T${String(int(24)).padStart(2, '0')}:${String(int(60)).padStart(2, '0')}:00.000Z`;
     const kind = int(16);
     const stepPath = pick(steps);
     let type: string;
@@ -67,7 +68,15 @@ function randomRun(runId: string, next: () => number): EventEnvelope[] {
 
 describe('the native fold and an independent TypeScript fold agree', () => {
   it('on 300 random runs', () => {
-    const over: PricingRegistry = { asOf: 'oracle', models: [{ provider: 'acme', modelId: 'm1', inputPerMTok: 0.000001, outputPerMTok: 123.456789 }] };
+    const over: PricingRegistry = {
+      asOf: 'oracle',
+      models: [
+        { provider: 'acme', modelId: 'm1', inputPerMTok: 0.000001, outputPerMTok: 123.456789 },
+        { provider: 'acme', modelId: 'm1', inputPerMTok: 2, outputPerMTok: 3, effectiveFrom: '2026-12-02T12:00:00+02:00' },
+        // Unpriced before its first entry.
+        { provider: 'acme', modelId: 'late', inputPerMTok: 1, outputPerMTok: 1, cacheReadPerMTok: 0.5, effectiveFrom: '2026-12-01' },
+      ],
+    };
     const table = pricingTable(bundledPricing(), over);
     const next = rng(2026);
     for (let r = 0; r < 300; r++) {

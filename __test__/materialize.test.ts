@@ -172,4 +172,32 @@ describe('pricing', () => {
       expect(state.usage.unpricedCalls).toBe(1);
     }
   });
+
+  it('prices each call by the registry entry in effect when it was recorded', async () => {
+    const day = 24 * 3600 * 1000;
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const pricing: PricingRegistry = {
+      models: [
+        { provider: 'acme', modelId: 'm1', inputPerMTok: 1, outputPerMTok: 2 },
+        { provider: 'acme', modelId: 'm1', inputPerMTok: 100, outputPerMTok: 200, effectiveFrom: iso(Date.now() + day) },
+        { provider: 'acme', modelId: 'm0', inputPerMTok: 5, outputPerMTok: 5, effectiveFrom: iso(Date.now() - day).slice(0, 10) },
+        { provider: 'acme', modelId: 'soon', inputPerMTok: 1, outputPerMTok: 1, effectiveFrom: iso(Date.now() + day) },
+      ],
+    };
+    for (const world of [track(virtualWorld({ pricing })), track(localWorld({ dataDir: tempDir(), pricing }))]) {
+      for (const [i, modelId] of ['m1', 'm0', 'soon'].entries()) {
+        await appendEvent(world, 'run_dated', {
+          type: 'harness.model.responded',
+          appendIdempotencyKey: `k${i}`,
+          payload: { turn: 1, callId: `c${i}`, model: { provider: 'acme', modelId }, response: { usage: { inputTokens: 1_000_000, outputTokens: 1_000_000 } } },
+        });
+      }
+      const state = await materializeRunState(world, 'run_dated');
+      expect(state.usageByModel['acme/m1'].costUsd, 'the price of today, not of tomorrow').toBe(3);
+      expect(state.usageByModel['acme/m0'].costUsd).toBe(10);
+      expect(state.usageByModel['acme/soon'].costUsd, 'not priced yet: null, never a guess').toBeNull();
+    }
+    const bad = { models: [{ provider: 'a', modelId: 'b', inputPerMTok: 1, outputPerMTok: 1, effectiveFrom: 'soon' }] };
+    expect(() => virtualWorld({ pricing: bad })).toThrow(/effectiveFrom/);
+  });
 });

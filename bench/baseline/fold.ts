@@ -8,12 +8,15 @@
 
 export type Registry = {
   asOf?: string;
-  models: Array<{ provider: string; modelId: string; inputPerMTok: number; outputPerMTok: number; cacheReadPerMTok?: number }>;
+  models: Array<{ provider: string; modelId: string; inputPerMTok: number; outputPerMTok: number; cacheReadPerMTok?: number; effectiveFrom?: string }>;
 };
 
 type Envelope = { runId: string; sequence: number; type: string; recordedAt: string; payload: Record<string, any> };
 
 type Rates = { input: bigint; output: bigint; cacheRead?: bigint };
+
+/** A model's entries: each in effect from `from` (ms since the epoch; -Infinity: always). */
+type Dated = Array<{ from: number; rates: Rates }>;
 
 /** A USD-per-million-tokens rate as whole nano-dollars (= femto-dollars per token). */
 function nano(usd: number): bigint {
@@ -24,18 +27,34 @@ function nano(usd: number): bigint {
   return BigInt(int + frac) * 10n ** BigInt(shift);
 }
 
-export function pricingTable(base: Registry, over?: Registry): { asOf?: string; rates: Map<string, Rates> } {
-  const rates = new Map<string, Rates>();
+export function pricingTable(base: Registry, over?: Registry): { asOf?: string; rates: Map<string, Dated> } {
+  const rates = new Map<string, Dated>();
   for (const reg of over ? [base, over] : [base]) {
+    // A model the override prices takes none of the base's entries.
+    const mine = new Map<string, Dated>();
     for (const m of reg.models) {
-      rates.set(`${m.provider.toLowerCase()}\u0000${m.modelId}`, {
-        input: nano(m.inputPerMTok),
-        output: nano(m.outputPerMTok),
-        cacheRead: m.cacheReadPerMTok === undefined ? undefined : nano(m.cacheReadPerMTok),
+      const key = `${m.provider.toLowerCase()}\u0000${m.modelId}`;
+      if (!mine.has(key)) mine.set(key, []);
+      mine.get(key)!.push({
+        from: m.effectiveFrom === undefined ? -Infinity : Date.parse(m.effectiveFrom),
+        rates: {
+          input: nano(m.inputPerMTok),
+          output: nano(m.outputPerMTok),
+          cacheRead: m.cacheReadPerMTok === undefined ? undefined : nano(m.cacheReadPerMTok),
+        },
       });
     }
+    for (const [key, entries] of mine) rates.set(key, entries);
   }
   return { asOf: over?.asOf ?? base.asOf, rates };
+}
+
+/** The entry of a model in effect at `at` (the latest that started by then). */
+function ratesAt(entries: Dated | undefined, at: string): Rates | undefined {
+  const t = Date.parse(at);
+  let best: { from: number; rates: Rates } | undefined;
+  for (const e of entries ?? []) if (e.from <= t && (best === undefined || e.from > best.from)) best = e;
+  return best?.rates;
 }
 
 type Usage = { input: number; output: number; cached: number; reasoning: number; cost: bigint; priced: number; unpriced: number };
@@ -82,7 +101,7 @@ type Step = {
 export function foldRun(
   runId: string,
   events: readonly Envelope[],
-  pricing: { asOf?: string; rates: Map<string, Rates> },
+  pricing: { asOf?: string; rates: Map<string, Dated> },
   canonical: (v: unknown) => string,
   sha256: (s: string) => string,
 ): Record<string, unknown> {
@@ -194,7 +213,7 @@ export function foldRun(
       case 'harness.model.responded': {
         const u = p.response.usage;
         const t = { input: u.inputTokens, output: u.outputTokens, cached: u.cachedInputTokens ?? 0, reasoning: u.reasoningTokens ?? 0 };
-        const r = pricing.rates.get(`${String(p.model.provider).toLowerCase()}\u0000${p.model.modelId}`);
+        const r = ratesAt(pricing.rates.get(`${String(p.model.provider).toLowerCase()}\u0000${p.model.modelId}`), e.recordedAt);
         const cached = BigInt(Math.min(t.cached, t.input));
         const cost = r ? (BigInt(t.input) - cached) * r.input + cached * (r.cacheRead ?? r.input) + BigInt(t.output) * r.output : null;
         addCall(usage, t, cost);

@@ -330,7 +330,7 @@ impl<'p> Fold<'p> {
                 }
                 // The session's usage rollup restates its model calls: never added.
             }
-            "harness.model.responded" => self.model_responded(expected, &f)?,
+            "harness.model.responded" => self.model_responded(expected, at, &f)?,
             _ => self.step_event(t, &f, at),
         }
         self.last_recorded_at = Some(at.to_string());
@@ -437,7 +437,8 @@ impl<'p> Fold<'p> {
         Ok(())
     }
 
-    fn model_responded(&mut self, sequence: u64, f: &Fields<'_>) -> Result<()> {
+    /// Price a model call by the registry entry in effect at `at`, when it was recorded.
+    fn model_responded(&mut self, sequence: u64, at: &str, f: &Fields<'_>) -> Result<()> {
         let (Some(model), Some(usage)) = (&f.model, f.response.as_ref().and_then(|r| r.usage.as_ref())) else {
             return Err(self.corrupt(
                 sequence,
@@ -452,7 +453,7 @@ impl<'p> Fold<'p> {
         };
         let cost = self
             .pricing
-            .rates(&model.provider, &model.model_id)
+            .rates_at(&model.provider, &model.model_id, at)
             .map(|r| r.cost(tokens.input, tokens.cached, tokens.output));
         self.usage.add_call(&tokens, cost);
         self.by_model

@@ -6,10 +6,18 @@
 //! million calls cost exactly a million times one call, with no floating-point drift.
 //!
 //! The bundled registry (`pricing.json`, with `asOf` and a source page per entry) is the base; a
-//! registry passed by the caller is merged over it, entry by entry.
+//! registry passed by the caller is merged over it, model by model (a model the caller prices
+//! takes none of the bundled entries for it).
+//!
+//! A model may have several entries, each with an `effectiveFrom` instant (or a date, meaning its
+//! midnight UTC) from which it applies; an entry without one applies from the beginning. A call
+//! is priced by the entry in effect when it was recorded (its envelope's `recordedAt`), so an
+//! announced price change is bundled before the day it takes effect, and replaying an old run
+//! gives the cost it had.
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
+use crate::core::run_events::iso::{parse_instant, Instant};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -39,12 +47,16 @@ impl Rates {
     }
 }
 
-/// A pricing registry: rates by (provider, model id).
+/// A pricing registry: rates by (provider, model id), each model's entries in `effectiveFrom`
+/// order (an entry in effect from the beginning first).
 #[derive(Debug, Clone, Default)]
 pub struct Pricing {
     pub as_of: Option<String>,
-    rates: HashMap<(String, String), Rates>,
+    rates: HashMap<(String, String), Dated>,
 }
+
+/// A model's entries: each with the instant it takes effect (`None`: from the beginning).
+type Dated = Vec<(Option<Instant>, Rates)>;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -61,6 +73,16 @@ struct ModelJson {
     input_per_m_tok: f64,
     output_per_m_tok: f64,
     cache_read_per_m_tok: Option<f64>,
+    effective_from: Option<String>,
+}
+
+/// An `effectiveFrom`: an ISO-8601 instant with an offset, or a date (its midnight UTC).
+fn effective_from(text: &str) -> Option<Instant> {
+    if text.len() == 10 {
+        parse_instant(&format!("{text}T00:00:00Z"))
+    } else {
+        parse_instant(text)
+    }
 }
 
 fn key(provider: &str, model_id: &str) -> (String, String) {
@@ -78,7 +100,7 @@ impl Pricing {
     pub fn parse(text: &str) -> Result<Pricing> {
         let reg: RegistryJson = serde_json::from_str(text)
             .map_err(|e| WorldError::validation("pricing", format!("is not a pricing registry: {e}")))?;
-        let mut rates = HashMap::with_capacity(reg.models.len());
+        let mut rates: HashMap<(String, String), Dated> = HashMap::with_capacity(reg.models.len());
         for (i, m) in reg.models.iter().enumerate() {
             let at = |field: &str| format!("pricing.models[{i}].{field}");
             if m.provider.is_empty() || m.model_id.is_empty() {
@@ -97,7 +119,30 @@ impl Pricing {
                     .transpose()
                     .map_err(|e| WorldError::validation(at("cacheReadPerMTok"), e))?,
             };
-            rates.insert(key(&m.provider, &m.model_id), r);
+            let from = match &m.effective_from {
+                None => None,
+                Some(text) => Some(effective_from(text).ok_or_else(|| {
+                    WorldError::validation(
+                        at("effectiveFrom"),
+                        "must be a date (YYYY-MM-DD) or an ISO-8601 instant with an offset",
+                    )
+                })?),
+            };
+            let entries = rates.entry(key(&m.provider, &m.model_id)).or_default();
+            if entries.iter().any(|(f, _)| *f == from) {
+                return Err(WorldError::validation(
+                    at("effectiveFrom"),
+                    format!(
+                        "{}/{} has two entries in effect from the same {}",
+                        m.provider,
+                        m.model_id,
+                        if from.is_some() { "instant" } else { "beginning" }
+                    ),
+                ));
+            }
+            entries.push((from, r));
+            // `None` (from the beginning) sorts first.
+            entries.sort_by_key(|(f, _)| *f);
         }
         Ok(Pricing {
             as_of: reg.as_of,
@@ -108,7 +153,7 @@ impl Pricing {
     /// This registry with `over`'s entries (and `asOf`, when it has one) taking precedence.
     pub fn merged(&self, over: &Pricing) -> Pricing {
         let mut out = self.clone();
-        out.rates.extend(over.rates.iter().map(|(k, v)| (k.clone(), *v)));
+        out.rates.extend(over.rates.iter().map(|(k, v)| (k.clone(), v.clone())));
         if over.as_of.is_some() {
             out.as_of.clone_from(&over.as_of);
         }
@@ -123,11 +168,28 @@ impl Pricing {
         }
     }
 
-    /// Rates of a model, if the registry prices it. Providers match case-insensitively.
+    /// Rates of a model for a call recorded at `recorded_at` (an ISO-8601 instant), if the
+    /// registry prices it then: the latest entry in effect at that instant. A call recorded before
+    /// every entry of its model is unpriced; one whose time cannot be read takes the latest entry.
+    /// Providers match case-insensitively.
+    pub fn rates_at(&self, provider: &str, model_id: &str, recorded_at: &str) -> Option<Rates> {
+        let entries = self.rates.get(&(provider.to_ascii_lowercase(), model_id.to_string()))?;
+        match parse_instant(recorded_at) {
+            Some(at) => entries
+                .iter()
+                .rev()
+                .find(|(from, _)| from.is_none_or(|f| f <= at))
+                .map(|(_, r)| *r),
+            None => entries.last().map(|(_, r)| *r),
+        }
+    }
+
+    /// Rates of a model as they stand now (its latest entry), if the registry prices it.
     pub fn rates(&self, provider: &str, model_id: &str) -> Option<Rates> {
         self.rates
             .get(&(provider.to_ascii_lowercase(), model_id.to_string()))
-            .copied()
+            .and_then(|entries| entries.last())
+            .map(|(_, r)| *r)
     }
 }
 
@@ -228,5 +290,54 @@ mod tests {
         let err = Pricing::parse(r#"{"models":[{"provider":"a","modelId":"b","inputPerMTok":-1,"outputPerMTok":1}]}"#)
             .unwrap_err();
         assert_eq!(err.details()["path"], "pricing.models[0].inputPerMTok");
+    }
+
+    #[test]
+    fn a_call_is_priced_by_the_entry_in_effect_when_it_was_recorded() {
+        let p = Pricing::parse(
+            r#"{"models":[
+                {"provider":"acme","modelId":"m","inputPerMTok":4,"outputPerMTok":20,"effectiveFrom":"2026-12-01"},
+                {"provider":"acme","modelId":"m","inputPerMTok":2,"outputPerMTok":10},
+                {"provider":"acme","modelId":"m","inputPerMTok":8,"outputPerMTok":40,"effectiveFrom":"2027-01-01T12:00:00+02:00"},
+                {"provider":"acme","modelId":"later","inputPerMTok":1,"outputPerMTok":1,"effectiveFrom":"2026-06-01"}
+            ]}"#,
+        )
+        .unwrap();
+        let input = |at: &str| p.rates_at("acme", "m", at).map(|r| r.input / 1_000_000_000);
+        assert_eq!(input("2026-11-30T23:59:59.999Z"), Some(2));
+        assert_eq!(input("2026-12-01T00:00:00.000Z"), Some(4));
+        assert_eq!(input("2027-01-01T09:59:59.999Z"), Some(4));
+        assert_eq!(
+            input("2027-01-01T10:00:00.000Z"),
+            Some(8),
+            "12:00 at +02:00 is 10:00 UTC"
+        );
+        assert_eq!(input("not a time"), Some(8), "the latest entry");
+        assert_eq!(p.rates("acme", "m").unwrap().input, 8_000_000_000);
+        // Before its first entry, a model is not priced: null, never a guess.
+        assert!(p.rates_at("acme", "later", "2026-05-31T00:00:00.000Z").is_none());
+        assert!(p.rates_at("acme", "later", "2026-06-01T00:00:00.000Z").is_some());
+        // The bundled Gemini 4 Carbon doubles on 2026-12-01.
+        let carbon = |at: &str| {
+            Pricing::bundled()
+                .rates_at("google", "gemini-4-carbon", at)
+                .unwrap()
+                .output
+        };
+        assert_eq!(
+            carbon("2026-11-30T12:00:00.000Z") * 2,
+            carbon("2026-12-01T00:00:00.000Z")
+        );
+        for (bad, what) in [
+            (r#""effectiveFrom":"next week""#, "effectiveFrom"),
+            (r#""effectiveFrom":"2026-02-30""#, "effectiveFrom"),
+        ] {
+            let text =
+                format!(r#"{{"models":[{{"provider":"a","modelId":"b","inputPerMTok":1,"outputPerMTok":1,{bad}}}]}}"#);
+            let err = Pricing::parse(&text).unwrap_err();
+            assert_eq!(err.details()["path"], format!("pricing.models[0].{what}"), "{bad}");
+        }
+        let twice = r#"{"models":[{"provider":"a","modelId":"b","inputPerMTok":1,"outputPerMTok":1},{"provider":"a","modelId":"b","inputPerMTok":2,"outputPerMTok":2}]}"#;
+        assert!(Pricing::parse(twice).unwrap_err().to_string().contains("two entries"));
     }
 }

@@ -19,7 +19,7 @@
 
 mod costs;
 mod fold;
-mod iso;
+pub(crate) mod iso;
 mod log;
 mod refine;
 mod schema;
