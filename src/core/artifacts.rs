@@ -516,8 +516,8 @@ pub fn tmp_name(stem: &str) -> String {
     format!("{stem}.{}.{n}-{nanos}.tmp", std::process::id())
 }
 
-/// Remove `*.tmp` files in `dir` whose writing process no longer exists.
-fn remove_stale_tmp(dir: &Path) {
+/// Remove `*.tmp` files in `dir` whose writing process no longer exists (named by [`tmp_name`]).
+pub fn remove_stale_tmp(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();

@@ -173,6 +173,7 @@ impl Locks {
     pub fn local(data_dir: &Path) -> Result<Locks> {
         let dir = data_dir.join("locks");
         crate::core::artifacts::create_dir_synced(&dir, "the locks directory")?;
+        remove_leftovers(&dir);
         Ok(Locks::new(Store::Local { dir }))
     }
 
@@ -549,6 +550,24 @@ fn file_name(path: &Path) -> &str {
     path.file_name().and_then(|n| n.to_str()).unwrap_or("lock")
 }
 
+/// Delete what a process killed mid-operation left in `dir`: lock directories renamed aside
+/// (`*.removed`: no longer a lock under any name, so deleting them is always safe) and recovery
+/// locks staged but never placed (`*.staged`), once older than the grace; staging one takes
+/// microseconds, so an older one's taker is gone.
+fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let path = entry.path();
+        let leftover =
+            name.ends_with(".removed") || (name.ends_with(".staged") && age(&path).is_some_and(|a| a > OWNER_GRACE));
+        if leftover {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
 /// Rename a lock directory aside (atomically freeing the name), then delete it.
 fn remove_aside(dir: &Path, lock_dir: &Path, tag: &str) -> Result<()> {
     let aside = dir.join(format!("{}.{tag}.{}.removed", file_name(lock_dir), new_token()));
@@ -649,6 +668,24 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn opening_deletes_what_killed_operations_left_behind() {
+        let data = tempfile::tempdir().unwrap();
+        let locks = data.path().join("locks");
+        fs::create_dir_all(&locks).unwrap();
+        let aside = locks.join(format!("{}.stale.lck_x.removed", "a".repeat(64)));
+        let old_staged = locks.join(format!("{}.recovery.lck_y.staged", "b".repeat(64)));
+        let fresh_staged = locks.join(format!("{}.recovery.lck_z.staged", "c".repeat(64)));
+        for d in [&aside, &old_staged, &fresh_staged] {
+            fs::create_dir(d).unwrap();
+            fs::write(d.join("owner.json"), b"{}").unwrap();
+        }
+        backdate(&old_staged, OWNER_GRACE * 2);
+        Locks::local(data.path()).unwrap();
+        assert!(!aside.exists() && !old_staged.exists());
+        assert!(fresh_staged.exists(), "a taker may be staging it right now");
     }
 
     #[test]

@@ -60,6 +60,8 @@ impl OuterLoops {
         let dir = dir
             .canonicalize()
             .map_err(|e| WorldError::io("resolving the outer-loops directory", Some(dir.clone()), e))?;
+        // A write cut short by a crash leaves its tmp file; its process is gone.
+        crate::core::artifacts::remove_stale_tmp(&dir);
         Ok(OuterLoops::Local { dir })
     }
 
@@ -449,6 +451,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn opening_removes_the_tmp_files_of_writers_that_are_gone_and_keeps_live_ones() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("outer-loops");
+        std::fs::create_dir_all(&dir).unwrap();
+        // As artifacts::tmp_name names them: <stem>.<pid>.<n>-<nanos>.tmp.
+        let dead = dir.join("ol_1.json.2147483646.0-1.tmp");
+        let live = dir.join(tmp_name("ol_1.json"));
+        std::fs::write(&dead, b"{").unwrap();
+        std::fs::write(&live, b"{").unwrap();
+        OuterLoops::local(data.path()).unwrap();
+        assert!(!dead.exists(), "a crashed writer's tmp file is removed");
+        assert!(live.exists(), "a live writer's is not");
     }
 
     #[test]
