@@ -824,10 +824,17 @@ function waitOption(opts: { waitMs?: number } | undefined): number {
 async function acquire(world: World, name: string, waitMs: number): Promise<RunLock> {
   const handle = nativeOf(world);
   const held = JSON.parse(await call(() => handle.acquireLock(name, waitMs))) as { name: string; token: string };
+  // Releasing twice is a no-op: the second call gets the first's promise, so it cannot be refused
+  // because another owner took the lock in between. A release that failed may be tried again.
+  let releasing: Promise<void> | undefined;
   return Object.freeze({
     name: held.name,
     token: held.token,
-    release: () => call(() => handle.releaseLock(held.name, held.token)),
+    release: () =>
+      (releasing ??= call(() => handle.releaseLock(held.name, held.token)).catch((err: unknown) => {
+        releasing = undefined;
+        throw err;
+      })),
   });
 }
 

@@ -40,6 +40,10 @@ describe.each(worldKinds)('locks on %s', (_name, makeWorld) => {
     await lock.release(); // idempotent
     const again = await acquireRunLock(world, 'run_l');
     expect(again.token).not.toBe(lock.token);
+    // A third release of the old lock, now that another holder has it: still a no-op, and the
+    // new holder keeps it.
+    await lock.release();
+    expect(await rejection(acquireRunLock(world, 'run_l'))).toBeInstanceOf(RunLockedError);
     await again.release();
   });
 
