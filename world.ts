@@ -6,6 +6,8 @@
  * payloads into JSON text on the way in and frozen objects on the way out, and maps the core's
  * error codes to the error classes below. Every rule about events lives in the core.
  */
+import { watch, type FSWatcher } from 'node:fs';
+import { setTimeout as after, clearTimeout as cancel } from 'node:timers';
 import { join } from 'node:path';
 import * as native from './index.js';
 
@@ -955,6 +957,71 @@ export async function listRuns(world: World): Promise<readonly RunSummary[]> {
 
 /** How often a subscription looks for events committed by other processes. */
 const SUBSCRIBE_POLL_MS = 100;
+
+/** Per local world, while it has subscribers: a watcher of its `events` directory. */
+const watchers = new WeakMap<World, Watching>();
+
+type Watching = { watcher: FSWatcher; waiting: number; pending?: ReturnType<typeof after> };
+
+/**
+ * How long after a reported change the subscribers are woken. A commit's last write reaches the
+ * WAL file (and is reported) just before the commit becomes visible to readers; woken at once, a
+ * subscriber could read too early and then wait for its poll. Changes reported meanwhile are
+ * coalesced into the same wake.
+ */
+const WATCH_DELAY_MS = 3;
+
+/**
+ * Wake the world's subscribers whenever its log files change, as another process's commit
+ * changes them, until the returned function is called: they see such events at once instead of
+ * at their next poll (which stays, should the file system not report changes, as on some network
+ * mounts). One watcher per world, shared by its subscribers for as long as any is open. A commit
+ * reports several changes, and a process appending fast reports thousands a second: see
+ * `WATCH_DELAY_MS`. (Its timer is `node:timers`' own, which fake timers installed on the global
+ * object leave running.)
+ */
+function watchForOtherWriters(world: World): () => void {
+  const dataDir = world.dataDir;
+  if (dataDir === undefined) return () => {};
+  let entry = watchers.get(world);
+  if (entry === undefined) {
+    let watcher: FSWatcher;
+    const created: Watching = { watcher: undefined as unknown as FSWatcher, waiting: 0 };
+    const changed = () => {
+      if (created.pending !== undefined) return;
+      created.pending = after(() => {
+        created.pending = undefined;
+        wakeSubscribers(world);
+      }, WATCH_DELAY_MS);
+      created.pending.unref();
+    };
+    try {
+      // Not persistent: a waiting subscriber alone does not keep the process alive.
+      watcher = watch(join(dataDir, 'events'), { persistent: false }, changed);
+    } catch {
+      return () => {};
+    }
+    created.watcher = watcher;
+    watcher.on('error', () => {
+      watcher.close();
+      cancel(created.pending);
+      if (watchers.get(world) === created) watchers.delete(world);
+    });
+    watchers.set(world, (entry = created));
+  }
+  const mine = entry;
+  mine.waiting++;
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    if (--mine.waiting === 0) {
+      mine.watcher.close();
+      cancel(mine.pending);
+      if (watchers.get(world) === mine) watchers.delete(world);
+    }
+  };
+}
 /** Events fetched per read; a slow consumer holds at most this many. */
 const SUBSCRIBE_PAGE = 256;
 
@@ -983,13 +1050,21 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
   let set = wakers.get(world);
   if (!set) wakers.set(world, (set = new Set()));
   let wake: (() => void) | undefined;
-  const waker = () => wake?.();
+  // A wake that comes while the subscriber is reading (not waiting) must not be lost: what woke it
+  // may have committed after the read began, so it reads again before it waits.
+  let woken = false;
+  const waker = () => {
+    if (wake) wake();
+    else woken = true;
+  };
   const onAbort = () => wake?.();
   set.add(waker);
+  const unwatch = watchForOtherWriters(world);
   signal?.addEventListener('abort', onAbort);
   try {
     while (!signal?.aborted) {
       let page: readonly EventEnvelope[];
+      woken = false;
       try {
         page = await listEvents(world, streamId, { afterSequence: after, limit: SUBSCRIBE_PAGE });
       } catch (err) {
@@ -1001,7 +1076,7 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
         after = e.sequence;
         yield e;
       }
-      if (page.length === SUBSCRIBE_PAGE) continue;
+      if (page.length === SUBSCRIBE_PAGE || woken) continue;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(done, SUBSCRIBE_POLL_MS);
         function done() {
@@ -1014,6 +1089,7 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
     }
   } finally {
     set.delete(waker);
+    unwatch();
     signal?.removeEventListener('abort', onAbort);
   }
 }

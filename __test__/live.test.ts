@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { EventSource } from 'eventsource';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import * as lib from '@little-workflow/world';
 import { appendEvent, localWorld, subscribe, virtualWorld, type EventEnvelope, type World } from '@little-workflow/world';
 import { packageRoot, tempDir, track } from './helpers';
@@ -53,6 +53,28 @@ describe('subscribe', () => {
       expect((err as lib.WorldError).path, path).toBe(path);
     }
   });
+
+  it('is woken by another writer of the data directory, not only by its poll', async () => {
+    const dataDir = tempDir();
+    const reader = track(localWorld({ dataDir }));
+    // Another world on the same directory stands for another process: its appends do not wake
+    // this world's subscribers directly. With the poll's timer held back, only watching the
+    // directory can deliver them.
+    const writer = track(localWorld({ dataDir }));
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      const it = subscribe(reader, 'run_watched')[Symbol.asyncIterator]();
+      const first = it.next();
+      await appendEvent(writer, 'run_watched', step(1));
+      expect(((await first).value as EventEnvelope).sequence).toBe(1);
+      const second = it.next();
+      await appendEvent(writer, 'run_watched', step(2));
+      expect(((await second).value as EventEnvelope).sequence).toBe(2);
+      await it.return?.();
+    } finally {
+      vi.useRealTimers();
+    }
+  }, 15_000);
 
   it('ends when the world closes', async () => {
     const world = localWorld({ dataDir: tempDir() });

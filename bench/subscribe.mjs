@@ -42,4 +42,4 @@ rmSync(dataDir, { recursive: true, force: true });
 delays.sort((a, b) => a - b);
 const at = (q) => delays[Math.min(delays.length - 1, Math.floor(delays.length * q))];
 console.log(`machine: ${machine()}`);
-console.log(`${count} events from another process: delivery p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${delays[delays.length - 1]} ms (polling every 100 ms)`);
+console.log(`${count} events from another process: delivery p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${delays[delays.length - 1]} ms (woken by changes to the log files, polling every 100 ms as a backstop)`);
