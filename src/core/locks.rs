@@ -112,10 +112,8 @@ impl Busy {
     fn of(owner: &Owner) -> Busy {
         Busy {
             pid: owner.pid,
-            holder: format!(
-                "by pid {} (token {}) since {}",
-                owner.pid, owner.token, owner.created_at
-            ),
+            // Not the token: whoever reads the message could release the lock with it.
+            holder: format!("by pid {} since {}", owner.pid, owner.created_at),
         }
     }
 
@@ -244,6 +242,13 @@ impl Locks {
             handed.held.remove(name);
         }
         Ok(())
+    }
+
+    /// Hand out no more locks: a taker still waiting gives up at its next poll (with
+    /// `WorldError::Closed`), and one that takes a lock from now on lets go of it again. The locks
+    /// already handed out stay held until [`Locks::close`].
+    pub fn stop(&self) {
+        self.handed().closed = true;
     }
 
     /// Let go of every lock handed out and not released, and hand out no more: a taker still

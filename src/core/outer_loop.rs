@@ -171,7 +171,7 @@ fn read_file(path: &Path, id: &str) -> Result<Option<Map<String, Value>>> {
         _ => return Err(corrupt("has no outerLoopId string".into())),
     }
     if !has_input_hash(&manifest) {
-        return Err(corrupt("has no inputHash (a non-empty string)".into()));
+        return Err(corrupt("has no inputHash string".into()));
     }
     Ok(Some(manifest))
 }
@@ -210,7 +210,7 @@ fn validate(m: &Map<String, Value>) -> Result<String> {
     };
     check_outer_loop_id(id)?;
     if !has_input_hash(m) {
-        return invalid("manifest.inputHash", "must be a non-empty string");
+        return invalid("manifest.inputHash", "must be a string");
     }
     if m.get("maxCycles")
         .is_some_and(|v| safe_integer(v).is_none_or(|n| n < 0))
@@ -265,9 +265,10 @@ fn validate(m: &Map<String, Value>) -> Result<String> {
     Ok(id.clone())
 }
 
-/// Whether a manifest's `inputHash` is a non-empty string.
+/// Whether a stored manifest has an `inputHash` string (an empty one included: earlier versions
+/// wrote what they were given, and such a manifest must stay readable).
 fn has_input_hash(m: &Map<String, Value>) -> bool {
-    matches!(m.get("inputHash"), Some(Value::String(h)) if !h.is_empty())
+    matches!(m.get("inputHash"), Some(Value::String(_)))
 }
 
 /// `v` as an integer, if it is a number JavaScript holds exactly (`Number.isSafeInteger`).
@@ -469,6 +470,25 @@ mod tests {
     }
 
     #[test]
+    fn a_manifest_an_earlier_version_stored_with_an_empty_input_hash_stays_readable_and_writable() {
+        let data = tempfile::tempdir().unwrap();
+        let loops = OuterLoops::local(data.path()).unwrap();
+        let path = data.path().join("outer-loops/ol_e.json");
+        fs::write(&path, r#"{"inputHash":"","outerLoopId":"ol_e"}"#).unwrap();
+        assert!(loops.read("ol_e").unwrap().is_some());
+        loops
+            .write(r#"{"outerLoopId":"ol_e","inputHash":"","maxCycles":2}"#)
+            .unwrap();
+        assert_eq!(
+            loops
+                .write(r#"{"outerLoopId":"ol_e","inputHash":"h"}"#)
+                .unwrap_err()
+                .code(),
+            "OUTER_LOOP_INPUT_MISMATCH"
+        );
+    }
+
+    #[test]
     fn a_stored_manifest_that_is_not_the_requested_loops_is_corrupt() {
         let root = tempfile::tempdir().unwrap();
         let loops = OuterLoops::local(root.path()).unwrap();
@@ -481,7 +501,6 @@ mod tests {
             (r#"{"outerLoopId":1,"inputHash":"h"}"#, "outerLoopId"),
             (r#"{"outerLoopId":"ol_1"}"#, "inputHash"),
             (r#"{"outerLoopId":"ol_1","inputHash":7}"#, "inputHash"),
-            (r#"{"outerLoopId":"ol_1","inputHash":""}"#, "inputHash"),
             (r#"{"outerLoopId":"ol_1","#, "not JSON"),
         ] {
             fs::write(&path, text).unwrap();
@@ -510,7 +529,6 @@ mod tests {
         let cycle = serde_json::json!({"cycleNumber": 1, "runId": "run_1", "status": "completed"});
         let bad: Vec<(&str, Value, &str)> = vec![
             ("outerLoopId", Value::from(5), "manifest.outerLoopId"),
-            ("inputHash", Value::from(""), "manifest.inputHash"),
             ("inputHash", Value::Null, "manifest.inputHash"),
             ("maxCycles", Value::from(-1), "manifest.maxCycles"),
             ("maxCycles", Value::from(1.5), "manifest.maxCycles"),

@@ -73,15 +73,19 @@ struct Submit {
 
 enum PrepMsg {
     Append(Ticket, AppendRequest),
-    Close(Ticket),
+    Close(Ticket, AfterClose),
 }
+
+/// What the writer does once every append queued before a close has committed, before the close
+/// completes: let go of the world's locks (see [`World::close`]).
+type AfterClose = Box<dyn FnOnce() + Send>;
 
 // Appends move through the channel by value; boxing each would cost an allocation per append to
 // save channel slots that are few and short-lived.
 #[allow(clippy::large_enum_variant)]
 enum WriteMsg {
     Append(Ticket, PreparedAppend),
-    Close(Ticket),
+    Close(Ticket, AfterClose),
 }
 
 /// A handle on an open world. Cheap to clone; the world's threads stop after [`World::close`] or
@@ -440,24 +444,34 @@ impl World {
         Ok(())
     }
 
-    /// Stop accepting work; `ticket` completes once the world has let go of the locks it holds (a
-    /// taker still waiting gives up with `WorldError::Closed`) and every queued append has
-    /// committed.
+    /// Stop accepting work; `ticket` completes once every queued append has committed and then
+    /// the world has let go of the locks it holds. A taker still waiting gives up at once with
+    /// `WorldError::Closed`. The locks are let go of only after the appends: a lock fences a run,
+    /// and another process that takes it must find every append made under it.
     pub fn close(&self, ticket: Ticket) -> Result<()> {
         let submit = self.inner.submit.lock().expect("submit lock").take();
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.locks.stop();
         let locks = self.inner.locks.clone();
-        let completer = self.inner.completer.clone();
-        // Off the caller's thread: letting go of a lock on disk is a few file operations and an
-        // fsync. Appends queued before the close are ahead of it in the prep channel still.
-        spawn("little-world-close", move || {
-            // A lock that cannot be let go of now can still be released after the close (see
-            // `release_lock`), and is recoverable by others once this process is gone.
+        // On the writer thread, or a thread of its own: letting go of a lock on disk is a few file
+        // operations and an fsync. A lock that cannot be let go of can still be released after
+        // the close (see `release_lock`), and is recoverable by others once this process is gone.
+        let let_go: AfterClose = Box::new(move || {
             let _ = locks.close();
-            match submit {
-                Some(s) if s.prep.send(PrepMsg::Close(ticket)).is_ok() => {}
-                _ => completer.complete(vec![(ticket, Ok(Output::Unit))]),
-            }
+        });
+        let (ticket, let_go) = match submit {
+            Some(s) => match s.prep.send(PrepMsg::Close(ticket, let_go)) {
+                Ok(()) => return Ok(()),
+                Err(crossbeam_channel::SendError(PrepMsg::Close(t, f))) => (t, f),
+                Err(_) => unreachable!("a close message comes back as sent"),
+            },
+            // Closed before: its close lets go of what was handed out until then.
+            None => (ticket, let_go),
+        };
+        let completer = self.inner.completer.clone();
+        spawn("little-world-close", move || {
+            let_go();
+            completer.complete(vec![(ticket, Ok(Output::Unit))]);
         });
         Ok(())
     }
@@ -528,8 +542,8 @@ fn prep_loop(
                 // Only now, with the append passed on, may the caller send straight to the writer.
                 pending.fetch_sub(1, Ordering::AcqRel);
             }
-            PrepMsg::Close(ticket) => {
-                let _ = tx.send(WriteMsg::Close(ticket));
+            PrepMsg::Close(ticket, let_go) => {
+                let _ = tx.send(WriteMsg::Close(ticket, let_go));
                 return;
             }
         }
@@ -561,8 +575,8 @@ fn writer_loop(
                     tickets.push(t);
                     batch.push(p);
                 }
-                WriteMsg::Close(t) => {
-                    close = Some(t);
+                WriteMsg::Close(t, let_go) => {
+                    close = Some((t, let_go));
                     break;
                 }
             }
@@ -587,8 +601,9 @@ fn writer_loop(
             batch.clear();
             completer.complete(done);
         }
-        if let Some(t) = close {
+        if let Some((t, let_go)) = close {
             drop(writer);
+            let_go();
             completer.complete(vec![(t, Ok(Output::Unit))]);
             return;
         }

@@ -251,3 +251,33 @@ fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
         }
     }
 }
+
+#[test]
+fn close_lets_go_of_a_lock_only_after_the_appends_queued_under_it_have_committed() {
+    use crate::core::locks::Locks;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    world.acquire_lock(1, "run:run_f".into(), Duration::ZERO).unwrap();
+    wait_all(&rx, 1);
+    let n = 20_000;
+    for i in 0..n {
+        world.append(10 + i as u64, append("run_f", i)).unwrap();
+    }
+    world.close(2).unwrap();
+    // Another taker of the fence (another process, as far as the lock knows) polls for it: when
+    // it gets it, every append made under the lock must be in the log.
+    let other = Locks::local(dir.path()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match other.acquire("run:run_f", Duration::ZERO) {
+            Ok(_) => break,
+            Err(e) => assert_eq!(e.code(), "RUN_LOCKED", "{e}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "the lock was never let go of");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(world.reader().last_sequence("run_f").unwrap(), n as u64);
+    wait_all(&rx, n + 1);
+}
