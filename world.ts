@@ -268,7 +268,11 @@ export interface World {
   readonly kind: 'local' | 'virtual';
   /** The resolved data directory of a local world. */
   readonly dataDir?: string;
-  /** Finish queued appends and release the world; later calls reject with `WorldClosedError`. */
+  /**
+   * Finish queued appends, then let go of the locks taken through this world, and release it.
+   * Takers still waiting for a lock reject with `WorldClosedError`, as do later calls; a
+   * `RunLock.release()` after the close resolves.
+   */
   close(): Promise<void>;
 }
 
@@ -278,13 +282,13 @@ export interface LocalWorldOptions {
   dataDir?: string;
   /** Default `'full'`: an append resolves only after its commit is on disk. */
   durability?: Durability;
-  /** Prices merged over the bundled registry, entry by entry. */
+  /** Prices merged over the bundled registry, model by model. */
   pricing?: PricingRegistry;
 }
 
 /** Options of {@link virtualWorld}. */
 export interface VirtualWorldOptions {
-  /** Prices merged over the bundled registry, entry by entry. */
+  /** Prices merged over the bundled registry, model by model. */
   pricing?: PricingRegistry;
 }
 
