@@ -959,13 +959,17 @@ export async function listRuns(world: World): Promise<readonly RunSummary[]> {
 // ---------------------------------------------------------------------------------------------
 // Watching a run live
 
-/** How often a subscription looks for events committed by other processes. */
+/**
+ * How often a subscription looks for events committed by other processes, should nothing wake it
+ * sooner (see `watchForOtherWriters`).
+ */
 const SUBSCRIBE_POLL_MS = 100;
 
 /** Per local world, while it has subscribers: a watcher of its `events` directory. */
 const watchers = new WeakMap<World, Watching>();
 
-type Watching = { watcher: FSWatcher; waiting: number; pending?: ReturnType<typeof after> };
+/** A shared watcher: how many subscribers use it, and how to stop it. */
+type Watching = { subscribers: number; stop: () => void };
 
 /**
  * How long after a reported change the subscribers are woken. A commit's last write reaches the
@@ -989,43 +993,40 @@ function watchForOtherWriters(world: World): () => void {
   if (dataDir === undefined) return () => {};
   let entry = watchers.get(world);
   if (entry === undefined) {
+    let pending: ReturnType<typeof after> | undefined;
     let watcher: FSWatcher;
-    const created: Watching = { watcher: undefined as unknown as FSWatcher, waiting: 0 };
-    const changed = () => {
-      if (created.pending !== undefined) return;
-      created.pending = after(() => {
-        created.pending = undefined;
-        wakeSubscribers(world);
-      }, WATCH_DELAY_MS);
-      created.pending.unref();
-    };
     try {
       // Not persistent: a waiting subscriber alone does not keep the process alive.
-      watcher = watch(join(dataDir, 'events'), { persistent: false }, changed);
+      watcher = watch(join(dataDir, 'events'), { persistent: false }, () => {
+        pending ??= after(() => {
+          pending = undefined;
+          wakeSubscribers(world);
+        }, WATCH_DELAY_MS).unref();
+      });
     } catch {
       return () => {};
     }
-    created.watcher = watcher;
-    watcher.on('error', () => {
-      watcher.close();
-      cancel(created.pending);
-      if (watchers.get(world) === created) watchers.delete(world);
-    });
+    const created: Watching = {
+      subscribers: 0,
+      stop: () => {
+        watcher.close();
+        cancel(pending);
+        if (watchers.get(world) === created) watchers.delete(world);
+      },
+    };
+    watcher.on('error', created.stop);
     watchers.set(world, (entry = created));
   }
   const mine = entry;
-  mine.waiting++;
+  mine.subscribers++;
   let done = false;
   return () => {
     if (done) return;
     done = true;
-    if (--mine.waiting === 0) {
-      mine.watcher.close();
-      cancel(mine.pending);
-      if (watchers.get(world) === mine) watchers.delete(world);
-    }
+    if (--mine.subscribers === 0) mine.stop();
   };
 }
+
 /** Events fetched per read; a slow consumer holds at most this many. */
 const SUBSCRIBE_PAGE = 256;
 

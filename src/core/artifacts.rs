@@ -615,10 +615,7 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
 /// `what` names the directory in an error.
 pub fn create_dir_synced(dir: &Path, what: &str) -> Result<()> {
     let io = |e| WorldError::io(format!("creating {what}"), Some(dir.to_path_buf()), e);
-    if dir.is_dir() {
-        return Ok(());
-    }
-    // The missing directories, deepest first.
+    // The missing directories (none when `dir` exists), deepest first.
     let mut missing = Vec::new();
     let mut at = Some(dir);
     while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {

@@ -92,8 +92,7 @@ pub enum WorldError {
         name: String,
         /// The owner's pid; 0 when its owner file is not written yet or unreadable.
         owner_pid: u32,
-        /// Who holds it, for the message: `by pid 123 (token lck_…) since …`, or why that is not
-        /// known.
+        /// Who holds it, for the message: `by pid 123 since …`, or why that is not known.
         holder: String,
     },
 

@@ -22,6 +22,7 @@
 use crate::core::artifacts::{sync_dir, tmp_name, write_synced};
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
+use crate::core::events::known::is_count;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::fs;
@@ -212,9 +213,7 @@ fn validate(m: &Map<String, Value>) -> Result<String> {
     if !has_input_hash(m) {
         return invalid("manifest.inputHash", "must be a string");
     }
-    if m.get("maxCycles")
-        .is_some_and(|v| safe_integer(v).is_none_or(|n| n < 0))
-    {
+    if m.get("maxCycles").is_some_and(|v| !is_count(v)) {
         return invalid("manifest.maxCycles", "must be a non-negative safe integer");
     }
     if let Some(goal) = m.get("goal") {
@@ -236,7 +235,8 @@ fn validate(m: &Map<String, Value>) -> Result<String> {
             let Value::Object(cycle) = cycle else {
                 return invalid(&at, "must be an object");
             };
-            if cycle.get("cycleNumber").and_then(safe_integer).is_none_or(|n| n < 1) {
+            let number = cycle.get("cycleNumber");
+            if !number.is_some_and(|v| is_count(v) && v.as_f64().is_some_and(|n| n >= 1.0)) {
                 return invalid(&format!("{at}.cycleNumber"), "must be a safe integer of at least 1");
             }
             for key in ["runId", "status"] {
@@ -269,17 +269,6 @@ fn validate(m: &Map<String, Value>) -> Result<String> {
 /// wrote what they were given, and such a manifest must stay readable).
 fn has_input_hash(m: &Map<String, Value>) -> bool {
     matches!(m.get("inputHash"), Some(Value::String(_)))
-}
-
-/// `v` as an integer, if it is a number JavaScript holds exactly (`Number.isSafeInteger`).
-fn safe_integer(v: &Value) -> Option<i64> {
-    const MAX: i64 = (1 << 53) - 1;
-    let n = v.as_i64().or_else(|| {
-        v.as_f64()
-            .filter(|f| f.fract() == 0.0 && f.abs() <= MAX as f64)
-            .map(|f| f as i64)
-    })?;
-    (n.abs() <= MAX).then_some(n)
 }
 
 #[cfg(test)]

@@ -73,7 +73,6 @@ pub struct PreparedAppend {
 /// A large output, args or result moved out of a payload into a `json` artifact.
 #[derive(Debug, Clone)]
 pub struct Spill {
-    pub run_id: String,
     pub step_path: String,
     /// The field it was moved out of: the artifact's name.
     pub name: &'static str,
@@ -372,7 +371,6 @@ fn offload_large_values(
         Value::String(format!("artifact://{artifact_id}")),
     );
     Some(Spill {
-        run_id: run_id.to_string(),
         step_path,
         name: field,
         text,
@@ -507,7 +505,7 @@ fn append_one<'b>(
         }
     }
     if let Some(spill) = &item.spill {
-        let stored = artifacts.store_json(&spill.run_id, &spill.step_path, spill.name, spill.text.clone())?;
+        let stored = artifacts.store_json(run, &spill.step_path, spill.name, spill.text.clone())?;
         if stored != spill.artifact_id {
             return Err(WorldError::RuntimeIntegrity {
                 reason: format!(

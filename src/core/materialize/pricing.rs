@@ -174,6 +174,10 @@ impl Pricing {
     /// Providers match case-insensitively.
     pub fn rates_at(&self, provider: &str, model_id: &str, recorded_at: &str) -> Option<Rates> {
         let entries = self.rates.get(&(provider.to_ascii_lowercase(), model_id.to_string()))?;
+        // Most models have one entry, in effect from the beginning: no time to read.
+        if let [(None, r)] = entries.as_slice() {
+            return Some(*r);
+        }
         match parse_instant(recorded_at) {
             Some(at) => entries
                 .iter()
