@@ -20,6 +20,7 @@ use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::Artifacts;
 use crate::core::ids;
+use crate::core::process;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
@@ -526,27 +527,9 @@ pub fn remove_stale_tmp(dir: &Path) {
             continue;
         };
         let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
-        if pid.is_none_or(|p| !process_alive(p)) {
+        if pid.is_none_or(|p| !process::alive(p)) {
             let _ = fs::remove_file(entry.path());
         }
-    }
-}
-
-/// Whether a process with this id exists.
-pub fn process_alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        if pid == 0 || pid > i32::MAX as u32 {
-            return false;
-        }
-        // SAFETY: signal 0 checks for existence and permission only.
-        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
     }
 }
 

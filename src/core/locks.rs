@@ -2,8 +2,10 @@
 //!
 //! A lock is the directory `<dataDir>/locks/<sha256(name)>/`; creating it (`mkdir`, atomic on every
 //! local file system) is taking the lock, and `owner.json` inside says who holds it:
-//! `{pid, token, createdAt}`. The data directory is resolved to its real path when the world
-//! opens, so two paths to one directory contend for the same lock.
+//! `{pid, token, createdAt}`, and where the system has one the owner process's `incarnation`
+//! (see [`process`]), so a later process given the same pid is not taken for the owner. The data
+//! directory is resolved to its real path when the world opens, so two paths to one directory
+//! contend for the same lock.
 //!
 //! An owner whose process is gone is stale, and the next taker recovers the lock. A lock
 //! directory whose `owner.json` is not written yet belongs to a taker that is between `mkdir` and
@@ -28,10 +30,11 @@
 //! [`Locks`] remembers the locks it handed out: [`Locks::close`] (the world's close) lets go of
 //! them, and a taker still waiting then gives up with `WorldError::Closed`.
 
-use crate::core::artifacts::{process_alive, sync_dir, write_synced};
+use crate::core::artifacts::{sync_dir, write_synced};
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids::sha256_hex;
+use crate::core::process;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -58,15 +61,25 @@ pub struct Owner {
     pub pid: u32,
     pub token: String,
     pub created_at: String,
+    /// The owner process's incarnation (see [`process`]), which tells it from a later process
+    /// given the same pid. Absent where the system has none, and in records of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
 }
 
 impl Owner {
+    /// Whether the process that wrote this record is still running.
+    fn running(&self) -> bool {
+        process::still_running(self.pid, self.incarnation.as_deref())
+    }
+
     /// This process, holding `token` from now.
     fn me(token: &str) -> Owner {
         Owner {
             pid: std::process::id(),
             token: token.to_string(),
             created_at: clock::now_iso(),
+            incarnation: process::incarnation().map(str::to_string),
         }
     }
 }
@@ -400,7 +413,7 @@ fn read_owner(lock_dir: &Path) -> std::io::Result<Option<Owner>> {
 
 fn inspect(lock_dir: &Path) -> Holder {
     match read_owner(lock_dir) {
-        Ok(Some(owner)) if process_alive(owner.pid) => Holder::Live(Busy::of(&owner)),
+        Ok(Some(owner)) if owner.running() => Holder::Live(Busy::of(&owner)),
         Ok(Some(owner)) => Holder::Stale(Busy::of(&owner)),
         Ok(None) => Holder::Gone,
         // No readable owner yet: a taker between mkdir and its write, unless it has been so for
@@ -527,7 +540,7 @@ fn recovery_holder(path: &Path) -> RecoveryHolder {
             match holder {
                 // Recovery happens under the lock directory's gate, so a recovery lock of this
                 // process seen here is a leftover (one whose removal failed), not a live one.
-                Some(o) if process_alive(o.pid) && o.pid != std::process::id() => RecoveryHolder::Live,
+                Some(o) if o.pid != std::process::id() && o.running() => RecoveryHolder::Live,
                 Some(_) => RecoveryHolder::Stale(Some(file.clone())),
                 None if old => RecoveryHolder::Stale(Some(file.clone())),
                 None => RecoveryHolder::Live,
@@ -633,6 +646,7 @@ mod tests {
             pid: DEAD_PID,
             token: "lck_dead".into(),
             created_at: "2026-01-01T00:00:00.000Z".into(),
+            incarnation: None,
         };
         fs::write(dir.join("owner.json"), serde_json::to_vec(&dead).unwrap()).unwrap();
         dir
@@ -646,6 +660,7 @@ mod tests {
             pid,
             token: token.into(),
             created_at: "2026-01-01T00:00:00.000Z".into(),
+            incarnation: None,
         };
         fs::write(path.join(token), serde_json::to_vec(&owner).unwrap()).unwrap();
         path
@@ -753,6 +768,45 @@ mod tests {
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
+    /// A container restarted on the same data directory often gets its old pid back. The locks
+    /// its previous incarnation held used to look held by a live process (itself) for as long as
+    /// it ran.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_lock_of_an_earlier_process_with_this_pid_is_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Locks::local(dir.path()).unwrap();
+        let mine = process::incarnation().expect("Linux has an incarnation");
+        let (rest, start) = mine.rsplit_once(':').unwrap();
+        let earlier = format!("{rest}:{}", start.parse::<u64>().unwrap() - 1);
+        let owned_by = |name: &str, incarnation: Option<String>| {
+            let lock = lock_dir(dir.path(), name);
+            fs::create_dir(&lock).unwrap();
+            let owner = Owner {
+                incarnation,
+                ..Owner::me("lck_before")
+            };
+            fs::write(lock.join("owner.json"), serde_json::to_vec(&owner).unwrap()).unwrap();
+        };
+
+        owned_by("run:run_restarted", Some(earlier));
+        let held = locks.acquire("run:run_restarted", Duration::ZERO).unwrap();
+        assert_ne!(held.token, "lck_before");
+        let stored: Owner =
+            serde_json::from_slice(&fs::read(lock_dir(dir.path(), "run:run_restarted").join("owner.json")).unwrap())
+                .unwrap();
+        assert_eq!(stored.incarnation.as_deref(), Some(mine));
+
+        // This very process (another world in it may hold the lock), or a record without an
+        // incarnation, as earlier versions wrote: held.
+        owned_by("run:run_mine", Some(mine.to_string()));
+        owned_by("run:run_old_format", None);
+        for name in ["run:run_mine", "run:run_old_format"] {
+            let err = locks.acquire(name, Duration::ZERO).unwrap_err();
+            assert_eq!(err.code(), "RUN_LOCKED", "{name}");
+        }
+    }
+
     /// A `.recovery` directory used to make `try_take` recurse without end (a stack overflow that
     /// aborted the process). Someone else's recovery now counts as holding the lock.
     #[test]
@@ -833,6 +887,7 @@ mod tests {
                         pid: 1,
                         token: "lck_other".into(),
                         created_at: "2026-01-01T00:00:00.000Z".into(),
+                        incarnation: None,
                     };
                     let staged = r.with_extension("staged");
                     fs::create_dir(&staged)?;

@@ -13,6 +13,7 @@ pub mod ids;
 pub mod locks;
 pub mod materialize;
 pub mod outer_loop;
+pub mod process;
 pub mod run_events;
 pub mod runtime;
 pub mod store;
