@@ -431,7 +431,9 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
     }
     if (!isPlainRecord(payload)) invalid('payload', 'must be an object', runId);
     const beside: string[] = [];
-    const payloadJson = toJsonText(payload, 'payload', runId, beside);
+    // A colon type is a run event's (or a namespace's that may become one): its errors name no
+    // key that looks like a credential, as appendRunEvent's do not.
+    const payloadJson = toJsonText(payload, 'payload', runId, beside, type.includes(':'));
     pending = handle.append(runId, type, payloadJson, appendIdempotencyKey, beside.length > 0 ? beside : undefined);
   } catch (err) {
     return Promise.reject(fromNative(err));
@@ -1219,13 +1221,13 @@ export async function loadRunEventLogForReplay(world: World, runId: string): Pro
 /** Restore a run's costs from its events exactly as seed 004's fold rules say; row order does not matter. */
 export function restoreRunCosts(events: readonly RunEvent[]): RunCosts {
   if (!Array.isArray(events)) invalid('events', 'must be an array of run events');
-  const text = toJsonText(events, 'events');
+  const text = toJsonText(events, 'events', undefined, undefined, true);
   return frozen<RunCosts>(callSync(() => native.restoreRunCostsJson(text)));
 }
 
 /** Fold a run's events into its status, nodes, pending gates and media jobs, budget, timeout and costs. */
 export function foldRunEvents(events: readonly RunEvent[]): RunEventState {
   if (!Array.isArray(events)) invalid('events', 'must be an array of run events');
-  const text = toJsonText(events, 'events');
+  const text = toJsonText(events, 'events', undefined, undefined, true);
   return frozen<RunEventState>(callSync(() => native.foldRunEventsJson(text)));
 }

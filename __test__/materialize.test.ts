@@ -134,6 +134,31 @@ describe.each(worldKindsWith({ pricing: fixture.pricing }))('materializeRunState
     expect(fromRows.eventCount).toBe(n);
     expect(canonicalize(fromRows)).toBe(canonicalize(materializeRunStateFromEvents('run_long', await listEvents(world, 'run_long'), { pricing: fixture.pricing })));
   });
+
+  // Sums are exact: a token total past what a number holds exactly used to wrap around (or round).
+  it('refuses token totals past 2^53 - 1 rather than wrap them', async () => {
+    const world = makeWorld();
+    const call = (i: number) =>
+      appendEvent(world, 'run_tokens', {
+        type: 'harness.model.responded',
+        payload: { turn: i, callId: `c${i}`, model: { provider: 'openai', modelId: 'gpt-5' }, response: { usage: { inputTokens: Number.MAX_SAFE_INTEGER, outputTokens: 1 } } },
+        appendIdempotencyKey: `c${i}`,
+      });
+    await call(1);
+    expect((await materializeRunState(world, 'run_tokens')).usage.inputTokens).toBe(Number.MAX_SAFE_INTEGER);
+    await call(2);
+    const events = await listEvents(world, 'run_tokens');
+    for (const fold of [() => materializeRunState(world, 'run_tokens'), async () => materializeRunStateFromEvents('run_tokens', events)]) {
+      let err: unknown;
+      try {
+        await fold();
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(EventLogCorruptError);
+      expect((err as Error).message).toContain('more than 2^53 - 1');
+    }
+  });
 });
 
 describe('pricing', () => {

@@ -18,6 +18,8 @@ import {
   listRunEvents,
   loadRunEventLogForReplay,
   localWorld,
+  materializeRunState,
+  materializeRunStateFromEvents,
   ReplayRefusedError,
   restoreRunCosts,
   WorldError,
@@ -40,12 +42,16 @@ describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
     for (const [type, ex] of types) {
       const id = `${ex.stream === 'session' ? 'ses' : 'run'}_ex_${n++}`;
       const append = (d: RunEventDraft) => (ex.stream === 'session' ? appendSessionEvent(world, id, d) : appendRunEvent(world, id, d));
+      // A release gives back part of a commitment, which comes first.
+      const v = ex.valid as Record<string, unknown>;
+      const before = type === 'budget:estimate_released' ? [{ type: 'budget:estimate_committed', model: v.model, estimateMicrocents: v.releasedMicrocents, cumulativeConservativeMicrocents: v.releasedMicrocents }] : [];
+      for (const d of before) await append(d as RunEventDraft);
       const err = await rejection(append(ex.invalid.draft));
       expect(err, type).toBeInstanceOf(EventValidationError);
       expect(err.path, type).toBe(ex.invalid.path);
       const stored = await append(ex.valid);
       expect(stored.type).toBe(type);
-      expect(stored.sequenceNumber, `${type}: the refused append consumed no sequence`).toBe(1);
+      expect(stored.sequenceNumber, `${type}: the refused append consumed no sequence`).toBe(before.length + 1);
       expect(stored.timestamp).toMatch(/Z$/);
       expect(ex.stream === 'session' ? stored.sessionId : stored.runId).toBe(id);
     }
@@ -147,6 +153,65 @@ describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
     expect(foldRunEvents(events).costs).toEqual(want);
   });
 
+  // The cost restore reads a release of more than its model committed as a damaged log: accepted
+  // on write, it left the run's costs unrestorable for good.
+  it('refuses a release of more than is committed and not released, and a commitment past 2^53 - 1', async () => {
+    const world = makeWorld();
+    const runId = 'run_release';
+    const commit = (model: string, n: number) => ({ nodeId: 'a', model, estimateMicrocents: n, cumulativeConservativeMicrocents: n });
+    const release = (model: string, n: number) => ({ nodeId: 'a', model, releasedMicrocents: n, cumulativeConservativeMicrocents: 0 });
+    await appendRunEvent(world, runId, { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' });
+    await appendRunEvent(world, runId, { type: 'budget:estimate_committed', ...commit('m', 50) });
+    for (const [model, n, open] of [['other', 1, 0], ['m', 51, 50]] as const) {
+      const err = await rejection(appendRunEvent(world, runId, { type: 'budget:estimate_released', ...release(model, n) }));
+      expect(err).toBeInstanceOf(EventValidationError);
+      expect(err.path).toBe('event.releasedMicrocents');
+      expect(err.message).toContain(`has only ${open} committed and not released`);
+    }
+    await appendRunEvent(world, runId, { type: 'budget:estimate_released', ...release('m', 30) });
+    // appendEvent holds a known colon type to the same rule, and so does a group of appends.
+    const err = await rejection(appendEvent(world, runId, { type: 'budget:estimate_released', payload: release('m', 21) }));
+    expect(err.path).toBe('payload.releasedMicrocents');
+    const group = await Promise.allSettled([
+      appendEvent(world, runId, { type: 'budget:estimate_released', payload: release('m', 15) }),
+      appendEvent(world, runId, { type: 'budget:estimate_released', payload: release('m', 15) }),
+    ]);
+    expect(group.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+    await appendEvent(world, runId, { type: 'budget:estimate_released', payload: release('m', 5) });
+    // The conservative total stays within what a number holds exactly.
+    await appendRunEvent(world, runId, { type: 'budget:estimate_committed', ...commit('big', Number.MAX_SAFE_INTEGER) });
+    const past = await rejection(appendRunEvent(world, runId, { type: 'budget:estimate_committed', ...commit('m', 1) }));
+    expect(past.path).toBe('event.estimateMicrocents');
+    // Refused appends took no sequence, and the costs restore.
+    const events = await loadRunEventLogForReplay(world, runId);
+    expect(events.map((e) => e.sequenceNumber)).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(restoreRunCosts(events)).toMatchObject({ conservativeMicrocents: Number.MAX_SAFE_INTEGER, conservativeByModel: { m: 0 } });
+  });
+
+  it('reads run events nested as deep as an append allows', async () => {
+    const world = makeWorld();
+    let deep: unknown = 1;
+    for (let i = 0; i < 990; i++) deep = [deep];
+    await appendRunEvent(world, 'run_deep', { type: 'run:started', workflowId: UUID, inputs: { deep }, executionMode: 'local' });
+    for (const read of [listRunEvents(world, 'run_deep'), loadRunEventLogForReplay(world, 'run_deep')]) {
+      const [e] = await read;
+      expect(JSON.stringify((e as unknown as { inputs: unknown }).inputs)).toBe(JSON.stringify({ deep }));
+    }
+  });
+
+  it('folds the state of a run whose values nest as deep as an append allows', async () => {
+    const world = makeWorld();
+    let deep: unknown = 1;
+    for (let i = 0; i < 990; i++) deep = { d: deep };
+    await appendEvent(world, 'run_deep_state', { type: 'StepStarted', payload: { stepPath: 's' } });
+    await appendEvent(world, 'run_deep_state', { type: 'StepCompleted', payload: { stepPath: 's', output: deep } });
+    const state = await materializeRunState(world, 'run_deep_state');
+    // It used to come back as null past 127 levels.
+    expect(JSON.stringify(state.steps.s.output)).toBe(JSON.stringify(deep));
+    const events = await listEvents(world, 'run_deep_state');
+    expect(JSON.stringify(materializeRunStateFromEvents('run_deep_state', events).steps.s.output)).toBe(JSON.stringify(deep));
+  });
+
   it('folds status, nodes, pending gates and the run:paused aggregate', async () => {
     const world = makeWorld();
     const runId = 'run_fold';
@@ -202,7 +267,9 @@ describe('no secrets in the log', () => {
       attempts.push(appendRunEvent(world, 'run_sec', { type: 'node:completed', nodeId: 'n', output: { [secret]: { x: NaN } }, tokensUsed: { input: 1, output: 1 }, durationMs: 1 } as never));
       // An unknown type with a credential pasted into it is not echoed.
       attempts.push(appendRunEvent(world, 'run_sec', { type: `node:bogus_${secret}`, nodeId: 'n' } as never));
-      const paths = ['event.inputs.token', 'event.toolInput.headers.authorization', 'payload.token', 'event.output[<a key that looks like a credential>].x', 'event.type'];
+      // Nor is a key of a known colon type given to appendEvent.
+      attempts.push(appendEvent(world, 'run_sec', { type: 'node:completed', payload: { nodeId: 'n', output: { [secret]: { x: NaN } }, tokensUsed: { input: 1, output: 1 }, durationMs: 1 } }));
+      const paths = ['event.inputs.token', 'event.toolInput.headers.authorization', 'payload.token', 'event.output[<a key that looks like a credential>].x', 'event.type', 'payload.output[<a key that looks like a credential>].x'];
       for (const [i, p] of attempts.entries()) {
         const err = await rejection(p);
         expect(err, kind).toBeInstanceOf(EventValidationError);
@@ -241,6 +308,83 @@ function insertRaw(dataDir: string, runId: string, type: string, payload: Record
   return sequence;
 }
 
+describe('budget estimates stored before schema 3', () => {
+  it('are counted when a release is checked', async () => {
+    const dataDir = tempDir();
+    let world = localWorld({ dataDir });
+    await appendRunEvent(world, 'run_old', { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' });
+    for (const n of [25, 15]) {
+      await appendRunEvent(world, 'run_old', { type: 'budget:estimate_committed', model: 'm', estimateMicrocents: n, cumulativeConservativeMicrocents: 40 });
+    }
+    await appendRunEvent(world, 'run_old', { type: 'budget:estimate_released', model: 'm', releasedMicrocents: 10, cumulativeConservativeMicrocents: 30 });
+    await world.close();
+    // Back to schema 2, as an earlier version left it.
+    const db = new Database(join(dataDir, 'events', 'events.db'));
+    db.exec('DROP TABLE estimates');
+    db.pragma('user_version = 2');
+    db.close();
+    world = track(localWorld({ dataDir }));
+    const release = (n: number) => appendRunEvent(world, 'run_old', { type: 'budget:estimate_released', model: 'm', releasedMicrocents: n, cumulativeConservativeMicrocents: Math.max(0, 30 - n) });
+    const err = await rejection(release(31));
+    expect(err.message).toContain('has only 30 committed and not released');
+    await release(30);
+    const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
+    expect(check.pragma('user_version', { simple: true })).toBe(3);
+    check.close();
+  });
+});
+
+describe('restoring costs from a list the caller gives', () => {
+  const base = { runId: 'run_list', timestamp: '2026-11-30T00:00:00.000Z' };
+  const commit = { ...base, type: 'budget:estimate_committed', sequenceNumber: 2, model: 'm', estimateMicrocents: 100, cumulativeConservativeMicrocents: 100 };
+  const release = { ...base, type: 'budget:estimate_released', sequenceNumber: 3, model: 'm', releasedMicrocents: 100, cumulativeConservativeMicrocents: 0 };
+
+  // A release counted twice handed money back to the cap as headroom; a commit counted twice doubled it.
+  it('refuses a row given twice, as the fold does', () => {
+    expect(restoreRunCosts([commit, release] as RunEvent[]).conservativeMicrocents).toBe(0);
+    for (const list of [[commit, commit], [commit, release, release]]) {
+      for (const f of [restoreRunCosts, foldRunEvents]) {
+        let err: unknown;
+        try {
+          f(list as RunEvent[]);
+        } catch (e) {
+          err = e;
+        }
+        expect(err, f.name).toBeInstanceOf(EventLogCorruptError);
+      }
+    }
+    let err: unknown;
+    try {
+      restoreRunCosts([commit, release, release] as RunEvent[]);
+    } catch (e) {
+      err = e;
+    }
+    expect((err as Error).message).toContain('sequence 3 appears twice');
+  });
+
+  it('never shows a credential from the list: not a key, not a run id', () => {
+    const secret = `sk-ant-api03-${'Xy7Q'.repeat(10)}`;
+    const cases: unknown[][] = [
+      [{ ...commit, extra: { [secret]: Number.NaN } }],
+      [commit, { ...release, runId: `run_${secret}` }],
+      [{ ...commit, runId: secret }],
+    ];
+    for (const list of cases) {
+      for (const f of [restoreRunCosts, foldRunEvents]) {
+        let err: WorldError | undefined;
+        try {
+          f(list as RunEvent[]);
+        } catch (e) {
+          err = e as WorldError;
+        }
+        expect(err, f.name).toBeInstanceOf(WorldError);
+        const seen = `${err?.message} ${JSON.stringify(err?.details)} ${err?.stack} ${JSON.stringify(err)}`;
+        expect(seen.includes('Xy7QXy7Q'), seen).toBe(false);
+      }
+    }
+  });
+});
+
 describe('reading run-event logs written by a newer writer', () => {
   it('drops unknown types on the display read, refuses them on the replay read, and throws on a broken known body', async () => {
     const dataDir = tempDir();
@@ -260,6 +404,14 @@ describe('reading run-event logs written by a newer writer', () => {
     expect(refused.code).toBe('REPLAY_REFUSED');
     expect(refused.details.sequences).toEqual([s3, s4]);
     expect(refused.message).toContain('iteration:started');
+    expect(refused.message).toContain('cost:attempt_settled_v2');
+    // A generic fact whose type holds a credential is refused for replay without showing it.
+    const secret = `sk-ant-api03-${'Xy7Q'.repeat(10)}`;
+    await appendEvent(world, 'run_typed', { type: `node:${secret}`, payload: {} });
+    const hidden = await rejection(loadRunEventLogForReplay(world, 'run_typed'));
+    expect(hidden).toBeInstanceOf(ReplayRefusedError);
+    expect(hidden.message).toContain('sequence 1 (a type that is not shown)');
+    expect(hidden.message.includes('Xy7Q')).toBe(false);
     // Every row is still there for the generic reader.
     expect((await listEvents(world, 'run_newer')).length).toBe(5);
 

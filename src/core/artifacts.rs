@@ -614,6 +614,15 @@ pub fn create_dir_synced(dir: &Path, what: &str) -> Result<()> {
             }
             // Another process (or world) made it meanwhile; it syncs its parent.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(WorldError::Path {
+                    message: format!(
+                        "cannot create {what} {}: {} is not a directory",
+                        dir.display(),
+                        d.display()
+                    ),
+                })
+            }
             Err(e) => return Err(io(e)),
         }
     }

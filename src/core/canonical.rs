@@ -49,7 +49,7 @@ pub fn parse(text: &str) -> Result<Value, ParseError> {
 
 /// Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Inside a string it
 /// jumps from quote or backslash to the next with `memchr`, so long strings cost little.
-fn nesting_depth(bytes: &[u8]) -> usize {
+pub fn nesting_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
     let mut i = 0;
     while i < bytes.len() {

@@ -113,7 +113,7 @@ pub enum WorldError {
     },
 
     /// The file system failed.
-    #[error("{context}: {source}")]
+    #[error("{context}{}: {source}", .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
     Io {
         context: String,
         path: Option<PathBuf>,

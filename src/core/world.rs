@@ -485,11 +485,12 @@ fn stream_status(
     pricing: &Pricing,
 ) -> Result<(serde_json::Value, serde_json::Value)> {
     use crate::core::run_events::{self, stored};
-    let events: Vec<serde_json::Value> =
-        serde_json::from_str(&stored::read_log(reader, id, false)?).expect("the log is JSON");
+    // Both texts are canonical JSON of this build, as deep as a payload may be (1,000 levels).
+    let parse = |text: String| crate::core::canonical::parse(&text).expect("canonical JSON of this build");
+    let log = parse(stored::read_log(reader, id, false)?);
+    let events = log.as_array().expect("the log is an array");
     if events.is_empty() {
-        let state: serde_json::Value =
-            serde_json::from_str(&materialize::fold_stored(reader, id, pricing)?).expect("state is JSON");
+        let state = parse(materialize::fold_stored(reader, id, pricing)?);
         return Ok((state["status"].clone(), state["usage"]["costUsd"].clone()));
     }
     if stored::stream_of(id) == run_events::Stream::Session {
@@ -499,7 +500,7 @@ fn stream_status(
             serde_json::Value::Null,
         ));
     }
-    let state = run_events::fold(&events)?;
+    let state = run_events::fold(events)?;
     // Micro-cents are 1e-6 cents: 1e-8 dollars.
     let realized = state["costs"]["realizedCostMicrocents"].as_u64().unwrap_or(0);
     let usd = format!("{}.{:08}", realized / 100_000_000, realized % 100_000_000)

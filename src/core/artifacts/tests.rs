@@ -218,8 +218,32 @@ fn directories_are_created_with_their_parents_and_a_file_in_the_way_is_an_error(
     let file = root.path().join("a/file");
     std::fs::write(&file, b"x").unwrap();
     let err = create_dir_synced(&file.join("d"), "a test directory").unwrap_err();
-    assert_eq!(err.code(), "WORLD_IO");
-    assert!(err.to_string().contains("creating a test directory"), "{err}");
+    assert_eq!(err.code(), "WORLD_PATH");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot create a test directory {}: {} is not a directory",
+            file.join("d").display(),
+            file.display()
+        )
+    );
     let err = create_dir_synced(&file, "a test directory").unwrap_err();
-    assert_eq!(err.code(), "WORLD_IO");
+    assert_eq!(err.code(), "WORLD_PATH");
+}
+
+#[test]
+fn a_file_system_error_names_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("gone");
+    let err = WorldError::io(
+        "reading a blob",
+        Some(gone.clone()),
+        std::io::ErrorKind::NotFound.into(),
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("reading a blob {}: entity not found", gone.display())
+    );
+    let err = WorldError::io("starting a thread", None, std::io::ErrorKind::Other.into());
+    assert_eq!(err.to_string(), "starting a thread: other error");
 }

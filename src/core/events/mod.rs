@@ -64,10 +64,68 @@ pub struct PreparedAppend {
     pub terminal: Option<String>,
     /// The event-id hash with the payload already absorbed (see [`ids::event_id_prefix`]).
     pub id_prefix: sha2::Sha256,
+    /// A budget estimate the append commits or releases, checked by the writer against what the
+    /// stream has committed and released so far.
+    pub estimate: Option<Estimate>,
     /// A large value the payload refers to instead of carrying it, stored by the writer only once
     /// the append has passed every check against the stored rows, so that a refused append
     /// (an idempotency conflict, a run already ended) leaves no artifact behind.
     pub spill: Option<Spill>,
+}
+
+/// A seed-004 budget estimate (ADR-0074): `budget:estimate_committed` commits an amount to a
+/// model's conservative bucket, and `budget:estimate_released` gives part of it back. The writer
+/// refuses a release of more than the model has committed and not released, and a commitment
+/// that would take the stream's conservative total past 2^53 - 1: the cost restore reads either
+/// as a damaged log, so accepting one would leave the run's costs unrestorable for good.
+#[derive(Debug, Clone)]
+pub struct Estimate {
+    pub model: String,
+    pub amount: u64,
+    pub released: bool,
+    /// The amount's field, as the caller named it (`event.releasedMicrocents` for a draft).
+    pub at: String,
+}
+
+/// The estimate an event of type `t` commits or releases; `root` is how errors name the payload.
+fn estimate_of(t: &str, payload: &Map<String, Value>, root: &str) -> Option<Estimate> {
+    let (field, released) = match t {
+        "budget:estimate_committed" => ("estimateMicrocents", false),
+        "budget:estimate_released" => ("releasedMicrocents", true),
+        _ => return None,
+    };
+    Some(Estimate {
+        model: payload.get("model")?.as_str()?.to_string(),
+        amount: payload.get(field)?.as_u64()?,
+        released,
+        at: format!("{root}.{field}"),
+    })
+}
+
+/// Check `estimate` against what `run` has committed and released so far.
+fn check_estimate(tx: &mut dyn LogTx, run: &str, estimate: &Estimate) -> Result<()> {
+    let model = canonical::string_literal(&estimate.model);
+    let amount = estimate.amount;
+    if estimate.released {
+        let (committed, released) = tx.estimate(run, &estimate.model)?;
+        let open = committed.saturating_sub(released);
+        if amount > open {
+            return Err(WorldError::validation(
+                estimate.at.clone(),
+                format!(
+                    "releases {amount} micro-cents of {model}, but {run} has only {open} committed and not released for it"
+                ),
+            )
+            .for_run(run));
+        }
+    } else if tx.estimate_total(run)?.saturating_add(amount) > known::MAX_SAFE_INTEGER as u64 {
+        return Err(WorldError::validation(
+            estimate.at.clone(),
+            format!("commits {amount} micro-cents of {model}, taking {run}'s conservative total past 2^53 - 1"),
+        )
+        .for_run(run));
+    }
+    Ok(())
 }
 
 /// A large output, args or result moved out of a payload into a `json` artifact.
@@ -115,6 +173,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         put_strings_back(&mut payload, std::mem::take(&mut req.strings)).map_err(|e| e.for_run(run))?;
     }
     let mut terminal = None;
+    let mut estimate = None;
     if let Some(stream) = req.draft {
         // A seed-004 draft: strictly validated as its stream's vocabulary; its own `type` field
         // becomes the envelope's type and the rest the payload.
@@ -124,6 +183,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         };
         req.event_type = t;
         terminal = terminal_of(&req.event_type, &payload);
+        estimate = estimate_of(&req.event_type, &payload, "event");
     } else if req.event_type.contains(':') && run_events::is_known_type(&req.event_type) {
         // A colon-namespaced type this build knows is held to the run-event vocabulary exactly as
         // appendRunEvent holds it; an unknown one is a generic fact (a newer writer's).
@@ -131,6 +191,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         run_events::validate_event(Stream::Run, &req.event_type, &payload)
             .map_err(|e| rebase(e, "event", &p).for_run(run))?;
         terminal = terminal_of(&req.event_type, &payload);
+        estimate = estimate_of(&req.event_type, &payload, "payload");
     }
     check_type(&req.event_type).map_err(|e| e.for_run(run))?;
     if let Some(key) = &req.key {
@@ -186,6 +247,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         key: req.key,
         digest,
         terminal,
+        estimate,
         spill,
     })
 }
@@ -420,7 +482,7 @@ pub fn commit_batch(
             // nothing. A failure of the store itself ends the whole group instead, since SQLite
             // may have rolled the transaction back under it. An append that stores an artifact
             // first has a savepoint, so that failing to store it fails that append alone.
-            let one_row = item.terminal.is_none() && item.spill.is_none();
+            let one_row = item.terminal.is_none() && item.estimate.is_none() && item.spill.is_none();
             if !one_row {
                 tx.savepoint()?;
             }
@@ -504,6 +566,9 @@ fn append_one<'b>(
             .for_run(run));
         }
     }
+    if let Some(estimate) = &item.estimate {
+        check_estimate(tx, run, estimate)?;
+    }
     if let Some(spill) = &item.spill {
         let stored = artifacts.store_json(run, &spill.step_path, spill.name, spill.text.clone())?;
         if stored != spill.artifact_id {
@@ -543,6 +608,10 @@ fn append_one<'b>(
     })?;
     if let Some(node) = &item.terminal {
         tx.insert_terminal(run, node, sequence, &item.event_type)?;
+    }
+    if let Some(e) = &item.estimate {
+        let (committed, released) = if e.released { (0, e.amount) } else { (e.amount, 0) };
+        tx.add_estimate(run, &e.model, committed, released)?;
     }
     next.insert(
         run,

@@ -28,6 +28,9 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
+/// The largest integer a JavaScript number holds exactly.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
 /// Token and cost totals of a scope (a run, a step, a model).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -409,8 +412,8 @@ impl<'p> Fold<'p> {
         let role = f.role.as_deref().unwrap_or("").to_string();
         let hash = f.manifest_hash.as_deref().unwrap_or("").to_string();
         if let Some(manifest) = f.manifest {
-            let value: Value = serde_json::from_str(manifest.get())
-                .map_err(|e| self.corrupt(sequence, format!("manifest does not parse: {e}")))?;
+            let value: Value =
+                canonical::parse(manifest.get()).map_err(|e| self.corrupt(sequence, format!("the manifest {e}")))?;
             let expected = ids::sha256_tagged(canonical::to_string(&value).as_bytes());
             if expected != hash {
                 self.drift.push(json!({
@@ -451,6 +454,20 @@ impl<'p> Fold<'p> {
             cached: usage.cached_input_tokens,
             reasoning: usage.reasoning_tokens,
         };
+        // Sums are exact: the run's totals (of which every other usage is a part) stay within
+        // what a JavaScript number holds exactly.
+        let run = &self.usage;
+        let exceeds = |sum: u64, add: u64| sum.checked_add(add).is_none_or(|s| s > MAX_SAFE_INTEGER);
+        if exceeds(run.input_tokens, tokens.input)
+            || exceeds(run.output_tokens, tokens.output)
+            || exceeds(run.cached_input_tokens, tokens.cached)
+            || exceeds(run.reasoning_tokens, tokens.reasoning)
+        {
+            return Err(self.corrupt(
+                sequence,
+                "the run's token counts add up to more than 2^53 - 1, past what a number holds exactly".into(),
+            ));
+        }
         let cost = self
             .pricing
             .rates_at(&model.provider, &model.model_id, at)
@@ -555,8 +572,10 @@ impl<'p> Fold<'p> {
     }
 }
 
+/// A value of a parsed envelope. It nests at most 1,000 levels (appends refuse deeper payloads,
+/// and [`fold_events_json`] deeper envelopes), deeper than serde_json's default limit of 128.
 fn raw_value(raw: &RawValue) -> Value {
-    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+    canonical::parse(raw.get()).expect("a value of an envelope that parsed")
 }
 
 fn step_json(path: &str, st: &Step) -> Value {
@@ -616,6 +635,17 @@ fn is_folded(t: &str) -> bool {
 /// Fold a JSON array of envelopes (as `materializeRunStateFromEvents` receives them).
 pub fn fold_events_json(run_id: &str, events_json: &str, pricing: &Pricing) -> Result<String> {
     ids::check_stream_id(run_id)?;
+    // An envelope's payload may nest 1,000 levels, inside the envelope and the array.
+    if canonical::nesting_depth(events_json.as_bytes()) > canonical::MAX_DEPTH + 2 {
+        return Err(WorldError::EventLogCorrupt {
+            run_id: Some(run_id.to_string()),
+            sequence: None,
+            reason: format!(
+                "an envelope's payload is nested deeper than {} levels",
+                canonical::MAX_DEPTH
+            ),
+        });
+    }
     let events: Vec<&RawValue> = serde_json::from_str(events_json).map_err(|e| WorldError::EventLogCorrupt {
         run_id: Some(run_id.to_string()),
         sequence: None,

@@ -77,7 +77,18 @@ pub(super) fn restore_rows(rows: &[Row<'_>]) -> Result<CostRestore> {
     let mut out = CostRestore::default();
     let mut committed: BTreeMap<&str, u128> = BTreeMap::new();
     let mut released: BTreeMap<&str, u128> = BTreeMap::new();
+    // In any order, but each row once: a release counted twice would hand money back to the cap.
+    let mut seen = std::collections::HashSet::new();
     for row in rows {
+        if let Some(seq) = row.sequence {
+            if !seen.insert(seq) {
+                return Err(corrupt(
+                    None,
+                    Some(seq),
+                    format!("sequence {seq} appears twice in the list"),
+                ));
+            }
+        }
         if let Some(total) = absolute_total(row) {
             out.realized_microcents = out.realized_microcents.max(total);
         }

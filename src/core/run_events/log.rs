@@ -28,6 +28,16 @@ pub(super) fn corrupt(run_id: Option<&str>, sequence: Option<u64>, reason: impl 
     }
 }
 
+/// Whether `r` is a run id (`run_` and 1-80 of `[A-Za-z0-9_-]`) that may appear in an error: not
+/// one with a credential in it, after the prefix or any other underscore (`run_sk-ant-…`), where
+/// the screen, which looks for credentials that start a word, would not see it.
+fn is_shown_run_id(r: &str) -> bool {
+    crate::core::ids::check_run_id(r).is_ok()
+        && !r
+            .match_indices('_')
+            .any(|(i, _)| super::secrets::looks_like_credential(&r[i + 1..]))
+}
+
 /// The known rows of `events`, each validated; unknown types skipped.
 pub(super) fn read_run_events(events: &[Value]) -> Result<Vec<Row<'_>>> {
     let mut rows = Vec::with_capacity(events.len());
@@ -49,8 +59,13 @@ pub(super) fn read_run_events(events: &[Value]) -> Result<Vec<Row<'_>>> {
         };
         match obj.get("runId") {
             None => {}
-            Some(Value::String(r)) if !r.is_empty() && run.is_none_or(|first| first == r) => run = Some(r),
-            Some(Value::String(r)) if !r.is_empty() => {
+            // The caller's list is not validated yet: a runId is shown (in the message and the
+            // error's runId) only once it is a run id that does not look like a credential.
+            Some(Value::String(r)) if !is_shown_run_id(r) => {
+                return Err(corrupt(run, sequence, format!("run event #{i}: runId is not a run id")));
+            }
+            Some(Value::String(r)) if run.is_none_or(|first| first == r) => run = Some(r),
+            Some(Value::String(r)) => {
                 let first = run.unwrap_or_default();
                 return Err(corrupt(
                     run,

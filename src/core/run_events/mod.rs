@@ -101,12 +101,16 @@ pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> R
     validate_body(stream, t, fields)
 }
 
+/// Whether an unknown type may be named in an error: only when it reads as a type name. A
+/// credential pasted into one (`node:x_sk-ant-…`) is not always at a place the screen looks.
+fn reads_as_type_name(t: &str) -> bool {
+    t.len() <= 64 && t.bytes().all(|b| b.is_ascii_lowercase() || b"_:.".contains(&b))
+}
+
 /// Validate the fields of a `t` event for `stream`, ignoring any other key (`type`, envelope).
 pub(crate) fn validate_body(stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
     let Some(shape) = shape(t) else {
-        // The type is named only when it reads as a type name: a credential pasted into one
-        // (`node:x_sk-ant-…`) is not always at a place the screen looks.
-        let named = if t.len() <= 64 && t.bytes().all(|b| b.is_ascii_lowercase() || b"_:.".contains(&b)) {
+        let named = if reads_as_type_name(t) {
             format!("{t:?} is")
         } else {
             "this type is".to_string()

@@ -22,6 +22,15 @@ pub fn stream_of(stream_id: &str) -> Stream {
     }
 }
 
+/// Whether a type that would be dropped may be named in the replay's refusal: a name of letters,
+/// digits and `_.:` (`iteration:started`, `StepStarted`, `harness.model.responded`) that does not
+/// look like a credential. A credential pasted into a type is never shown.
+fn is_shown_type(t: &str) -> bool {
+    t.len() <= 64
+        && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:".contains(&b))
+        && !super::secrets::looks_like_credential(t)
+}
+
 /// A stream's events as run (or session) events, as one canonical JSON array text. With
 /// `strict`, refuse with `ReplayRefused` when any row would be dropped.
 pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result<String> {
@@ -42,8 +51,9 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
             dropped.push((row.sequence, row.event_type.to_string()));
             return Ok(());
         }
-        let envelope: Value = serde_json::from_str(row.envelope)
-            .map_err(|e| corrupt(format!("the stored envelope does not parse: {e}")))?;
+        // As deep as an append may nest (1,000 levels), not serde_json's default 128.
+        let envelope: Value =
+            canonical::parse(row.envelope).map_err(|e| corrupt(format!("the stored envelope {e}")))?;
         let Some(Value::Object(payload)) = envelope.get("payload") else {
             return Err(corrupt("the stored envelope has no payload object".into()));
         };
@@ -67,7 +77,10 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
         let shown: Vec<String> = dropped
             .iter()
             .take(20)
-            .map(|(s, t)| format!("sequence {s} ({t})"))
+            .map(|(s, t)| match is_shown_type(t) {
+                true => format!("sequence {s} ({t})"),
+                false => format!("sequence {s} (a type that is not shown)"),
+            })
             .collect();
         let more = if dropped.len() > 20 {
             format!(" and {} more", dropped.len() - 20)

@@ -14,6 +14,8 @@ struct Stream {
     keys: HashMap<String, usize>,
     /// Terminal events by node id ('' for the stream's own end).
     terminals: HashMap<String, u64>,
+    /// Budget estimates by model: committed, released.
+    estimates: HashMap<String, (u64, u64)>,
 }
 
 type Streams = BTreeMap<String, Stream>;
@@ -39,7 +41,9 @@ struct MemoryTx<'a> {
     streams: &'a Streams,
     staged: Vec<StoredEvent>,
     staged_terminals: Vec<(String, String, u64)>,
-    mark: (usize, usize),
+    /// Run, model, committed, released.
+    staged_estimates: Vec<(String, String, u64, u64)>,
+    mark: (usize, usize, usize),
 }
 
 impl LogTx for MemoryTx<'_> {
@@ -128,8 +132,44 @@ impl LogTx for MemoryTx<'_> {
         Ok(())
     }
 
+    fn estimate(&mut self, run_id: &str, model: &str) -> Result<(u64, u64)> {
+        let stored = self
+            .streams
+            .get(run_id)
+            .and_then(|s| s.estimates.get(model).copied())
+            .unwrap_or((0, 0));
+        Ok(self
+            .staged_estimates
+            .iter()
+            .filter(|(r, m, ..)| r == run_id && m == model)
+            .fold(stored, |(c, r), (.., dc, dr)| (c + dc, r + dr)))
+    }
+
+    fn estimate_total(&mut self, run_id: &str) -> Result<u64> {
+        let stored: i128 = self.streams.get(run_id).map_or(0, |s| {
+            s.estimates.values().map(|&(c, r)| i128::from(c) - i128::from(r)).sum()
+        });
+        let staged: i128 = self
+            .staged_estimates
+            .iter()
+            .filter(|(r, ..)| r == run_id)
+            .map(|&(.., c, r)| i128::from(c) - i128::from(r))
+            .sum();
+        Ok((stored + staged).max(0) as u64)
+    }
+
+    fn add_estimate(&mut self, run_id: &str, model: &str, committed: u64, released: u64) -> Result<()> {
+        self.staged_estimates
+            .push((run_id.to_string(), model.to_string(), committed, released));
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
-        self.mark = (self.staged.len(), self.staged_terminals.len());
+        self.mark = (
+            self.staged.len(),
+            self.staged_terminals.len(),
+            self.staged_estimates.len(),
+        );
         Ok(())
     }
 
@@ -140,6 +180,7 @@ impl LogTx for MemoryTx<'_> {
     fn rollback_to(&mut self) -> Result<()> {
         self.staged.truncate(self.mark.0);
         self.staged_terminals.truncate(self.mark.1);
+        self.staged_estimates.truncate(self.mark.2);
         Ok(())
     }
 }
@@ -151,12 +192,22 @@ impl LogWriter for MemoryLog {
             streams: &streams,
             staged: Vec::new(),
             staged_terminals: Vec::new(),
-            mark: (0, 0),
+            staged_estimates: Vec::new(),
+            mark: (0, 0, 0),
         };
         body(&mut tx)?;
-        let staged = tx.staged;
-        for (run, node, seq) in tx.staged_terminals {
+        let MemoryTx {
+            staged,
+            staged_terminals,
+            staged_estimates,
+            ..
+        } = tx;
+        for (run, node, seq) in staged_terminals {
             streams.entry(run).or_default().terminals.insert(node, seq);
+        }
+        for (run, model, c, r) in staged_estimates {
+            let e = streams.entry(run).or_default().estimates.entry(model).or_default();
+            *e = (e.0 + c, e.1 + r);
         }
         for row in staged {
             let stream = streams.entry(row.run_id.clone()).or_default();

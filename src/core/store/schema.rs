@@ -47,6 +47,25 @@ const MIGRATIONS: &[&str] = &[
            OR (type IN ('node:completed', 'node:failed', 'node:skipped')
                AND json_type(envelope, '$.payload.nodeId') = 'text')
         ORDER BY run_id, sequence;",
+    // 3: what each stream has committed and released of each model's budget estimates (seed 004,
+    // ADR-0074), so an append can refuse a release of more than is committed, which the cost
+    // restore would read as a damaged log, without a scan. Rows stored before are summed in.
+    "CREATE TABLE estimates (
+        run_id    TEXT    NOT NULL,
+        model     TEXT    NOT NULL,
+        committed INTEGER NOT NULL,
+        released  INTEGER NOT NULL,
+        PRIMARY KEY (run_id, model)
+    ) WITHOUT ROWID;
+    INSERT INTO estimates (run_id, model, committed, released)
+        SELECT run_id, coalesce(json_extract(envelope, '$.payload.model'), ''),
+               sum(CASE WHEN type = 'budget:estimate_committed'
+                        THEN coalesce(json_extract(envelope, '$.payload.estimateMicrocents'), 0) ELSE 0 END),
+               sum(CASE WHEN type = 'budget:estimate_released'
+                        THEN coalesce(json_extract(envelope, '$.payload.releasedMicrocents'), 0) ELSE 0 END)
+        FROM events
+        WHERE type IN ('budget:estimate_committed', 'budget:estimate_released')
+        GROUP BY 1, 2;",
 ];
 
 /// The schema version this build writes.

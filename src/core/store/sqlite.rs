@@ -425,6 +425,39 @@ impl LogTx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn estimate(&mut self, run_id: &str, model: &str) -> Result<(u64, u64)> {
+        self.conn
+            .prepare_cached("SELECT committed, released FROM estimates WHERE run_id = ?1 AND model = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![run_id, model], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                })
+                .optional()
+            })
+            .map(|v| v.map_or((0, 0), |(c, r)| (c.max(0) as u64, r.max(0) as u64)))
+            .map_err(|e| WorldError::sqlite("reading a budget estimate", e))
+    }
+
+    fn estimate_total(&mut self, run_id: &str) -> Result<u64> {
+        self.conn
+            .prepare_cached("SELECT total(committed - released) FROM estimates WHERE run_id = ?1")
+            .and_then(|mut s| s.query_row([run_id], |r| r.get::<_, f64>(0)))
+            .map(|t| t.max(0.0) as u64)
+            .map_err(|e| WorldError::sqlite("reading the conservative total", e))
+    }
+
+    fn add_estimate(&mut self, run_id: &str, model: &str, committed: u64, released: u64) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO estimates (run_id, model, committed, released) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (run_id, model) DO UPDATE
+                 SET committed = committed + excluded.committed, released = released + excluded.released",
+            )
+            .and_then(|mut s| s.execute(params![run_id, model, committed as i64, released as i64]))
+            .map(|_| ())
+            .map_err(|e| WorldError::sqlite("recording a budget estimate", e))
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = self.staged.len();
         self.exec("SAVEPOINT append", "opening a savepoint")
