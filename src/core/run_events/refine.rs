@@ -112,6 +112,45 @@ pub(super) fn cumulative_covers_estimate(m: &Map<String, Value>) -> Result<()> {
     Ok(())
 }
 
+/// A settled attempt's run-wide total after it (`cumulativeCostMicrocents`) includes its own cost,
+/// and an unpriced attempt costs 0.
+pub(super) fn settled_attempt(m: &Map<String, Value>) -> Result<()> {
+    unpriced_is_zero(m)?;
+    if int(m, "cumulativeCostMicrocents") < int(m, "costMicrocents") {
+        return Err(WorldError::validation(
+            "event.cumulativeCostMicrocents",
+            "must be at least costMicrocents (the run-wide total after this attempt includes it)",
+        ));
+    }
+    Ok(())
+}
+
+/// `thresholdPct` is `clamp(round(spent / limit * 100), 0, 100)`. The producer computes it in
+/// floating point, so at an exact half either neighbour is taken; a limit of 0 leaves it as given.
+pub(super) fn warning_threshold(m: &Map<String, Value>) -> Result<()> {
+    let (spent, limit, pct) = (
+        u128::from(int(m, "spentMicrocents")),
+        u128::from(int(m, "limitMicrocents")),
+        u128::from(int(m, "thresholdPct")),
+    );
+    if limit == 0 {
+        return Ok(());
+    }
+    // |pct - 100 * spent / limit| <= 1/2, or 100 once spent reaches the limit.
+    let fits = if spent >= limit {
+        pct == 100
+    } else {
+        (2 * pct * limit).abs_diff(200 * spent) <= limit
+    };
+    if !fits {
+        return Err(WorldError::validation(
+            "event.thresholdPct",
+            "must be spentMicrocents / limitMicrocents * 100, rounded, and at most 100",
+        ));
+    }
+    Ok(())
+}
+
 /// A mid-turn abort is user-initiated, not a failure: it carries no error.
 pub(super) fn aborted_has_no_error(m: &Map<String, Value>) -> Result<()> {
     if m.get("stopReason").and_then(Value::as_str) == Some("aborted") && m.contains_key("error") {

@@ -309,11 +309,14 @@ pub(super) static SHAPES: &[(&str, Shape)] = &[
     ),
     (
         "budget:warning",
-        run(&[&[
-            req("spentMicrocents", Count),
-            req("limitMicrocents", Count),
-            req("thresholdPct", Pct),
-        ]]),
+        refined(
+            run(&[&[
+                req("spentMicrocents", Count),
+                req("limitMicrocents", Count),
+                req("thresholdPct", Pct),
+            ]]),
+            warning_threshold,
+        ),
     ),
     (
         "budget:paused",
@@ -349,7 +352,7 @@ pub(super) static SHAPES: &[(&str, Shape)] = &[
                 COST_FIELDS,
                 &[req("attemptNumber", Positive), req("priced", Bool)],
             ]),
-            unpriced_is_zero,
+            settled_attempt,
         ),
     ),
     (

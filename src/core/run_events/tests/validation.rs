@@ -176,8 +176,18 @@ fn run_cases() -> Vec<Case> {
             (json!({ "elapsedMs": 60001 }), "event.timeoutMs"),
         ]),
         case("budget:warning", json!({ "spentMicrocents": 900, "limitMicrocents": 1000, "thresholdPct": 90 }),
-            vec![json!({ "spentMicrocents": 0, "limitMicrocents": 0, "thresholdPct": 100 })], vec![
+            vec![
+                json!({ "spentMicrocents": 0, "limitMicrocents": 0, "thresholdPct": 100 }),
+                // An exact half: the producer's floating point may round either way.
+                json!({ "spentMicrocents": 1, "limitMicrocents": 200, "thresholdPct": 0 }),
+                json!({ "spentMicrocents": 1, "limitMicrocents": 200, "thresholdPct": 1 }),
+                json!({ "spentMicrocents": 2, "limitMicrocents": 3, "thresholdPct": 67 }),
+                json!({ "spentMicrocents": 2500, "limitMicrocents": 1000, "thresholdPct": 100 }),
+            ], vec![
             (json!({ "spentMicrocents": 1, "limitMicrocents": 1, "thresholdPct": 101 }), "event.thresholdPct"),
+            (json!({ "spentMicrocents": 10, "limitMicrocents": 100, "thresholdPct": 90 }), "event.thresholdPct"),
+            (json!({ "spentMicrocents": 2, "limitMicrocents": 3, "thresholdPct": 66 }), "event.thresholdPct"),
+            (json!({ "spentMicrocents": 2500, "limitMicrocents": 1000, "thresholdPct": 99 }), "event.thresholdPct"),
             (json!({ "spentMicrocents": 1, "limitMicrocents": 1, "thresholdPct": 90.5 }), "event.thresholdPct"),
             (json!({ "spentMicrocents": 1, "limitMicrocents": 1, "thresholdPct": -1 }), "event.thresholdPct"),
         ]),
@@ -194,6 +204,7 @@ fn run_cases() -> Vec<Case> {
             (without(&settled, "attemptNumber"), "event.attemptNumber"),
             (without(&settled, "priced"), "event.priced"),
             (with(&settled, "costMicrocents", json!(5)), "event.costMicrocents"),
+            (with(&with(&settled, "priced", json!(true)), "costMicrocents", json!(101)), "event.cumulativeCostMicrocents"),
             (without(&settled, "nodeId"), "event.nodeId"),
         ]),
         case("budget:estimate_released", json!({ "model": "m", "releasedMicrocents": 5000, "cumulativeConservativeMicrocents": 0 }),
