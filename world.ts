@@ -998,7 +998,8 @@ function watchForOtherWriters(world: World): () => void {
     let pending: ReturnType<typeof after> | undefined;
     let watcher: FSWatcher;
     try {
-      // Not persistent: a waiting subscriber alone does not keep the process alive.
+      // Not persistent: the watcher adds nothing to what keeps the process alive. (A waiting
+      // subscriber's poll timer does, as a live tail should, until it is aborted or the world closes.)
       watcher = watch(join(dataDir, 'events'), { persistent: false }, () => {
         pending ??= after(() => {
           pending = undefined;
@@ -1043,17 +1044,21 @@ export interface SubscribeOptions {
 /**
  * The committed events of a run (or session) after `afterSequence`, in order, then each new one as
  * it commits, including those appended by other processes on the same data directory (seen within
- * about 100 ms). Never skips or repeats a sequence. Ends when `signal` aborts or the world closes.
+ * about 100 ms). Never skips or repeats a sequence. Ends when `signal` aborts or the world closes
+ * (at once, with no more of a page already read); on a world already closed, the first `next()`
+ * rejects with `WorldClosedError`.
  * Events are read a page at a time as the consumer pulls, so a slow consumer holds a bounded buffer.
  */
 export async function* subscribe(world: World, streamId: string, opts?: SubscribeOptions): AsyncGenerator<EventEnvelope, void, undefined> {
-  nativeOf(world);
+  const handle = nativeOf(world);
   checkRunIdType(streamId, 'streamId');
   const o = options(opts, 'subscribe options');
   let after = o.afterSequence ?? 0;
   if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
   const signal = o.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) invalid('signal', 'must be an AbortSignal');
+  // Like any call on a closed world; a close during the subscription ends it instead.
+  if (handle.closed) throw new WorldClosedError('WORLD_CLOSED', 'the world is closed', {});
   let set = wakers.get(world);
   if (!set) wakers.set(world, (set = new Set()));
   let wake: (() => void) | undefined;
@@ -1079,7 +1084,8 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
         throw err;
       }
       for (const e of page) {
-        if (signal?.aborted) return;
+        // Once the world has closed, not even the rest of a page already read.
+        if (signal?.aborted || handle.closed) return;
         after = e.sequence;
         yield e;
       }

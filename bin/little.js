@@ -121,15 +121,17 @@ const COMMANDS = {
     const runId = runIdArg(positionals, false);
     if (runId !== undefined) await requireRun(lib, world, runId);
     const report = await lib.verifyWorld(world, runId);
-    await out(JSON.stringify(report, null, 2));
+    // The verdict and the problems come first: a reader that leaves early (| head) ends the
+    // process, and must not turn a failed check into success.
     if (!report.ok) {
+      process.exitCode = 1;
       for (const p of report.problems) {
         const where = [p.runId, p.sequence !== undefined ? `sequence ${p.sequence}` : undefined, p.artifactId].filter(Boolean).join(' ');
         process.stderr.write(`little verify: ${p.kind}${where ? ` (${where})` : ''}: ${p.message}\n`);
       }
-      return 1;
     }
-    return 0;
+    await out(JSON.stringify(report, null, 2));
+    return report.ok ? 0 : 1;
   },
   async runs(lib, world, positionals) {
     if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
@@ -178,10 +180,12 @@ async function main(argv) {
   }
 }
 
-// A reader that goes away (`little events run_x | head`) is not an error.
+// A reader that goes away (`little events run_x | head`) is not an error in itself: the exit code
+// is what the command had found so far. Any other failure to write is said in one line.
 process.stdout.on('error', (err) => {
-  if (err.code === 'EPIPE') process.exit(0);
-  throw err;
+  if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+  process.stderr.write(`little: cannot write the output: ${err.message}${err.code ? ` [${err.code}]` : ''}\n`);
+  process.exit(1);
 });
 
 main(process.argv.slice(2)).then(

@@ -50,12 +50,17 @@ function sendJson(res, status, value) {
 /** Create the server for an open world. Resolves nothing by itself; call listen(). */
 function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS } = {}) {
   const open = new Set();
-  const server = http.createServer(async (req, res) => {
-    const url = new URL(req.url ?? '/', 'http://localhost');
+  const handle = async (req, res) => {
     try {
+      let url;
+      try {
+        url = new URL(req.url ?? '/', 'http://localhost');
+      } catch {
+        return sendJson(res, 400, { error: 'the request target is not a path' });
+      }
       if (req.method !== 'GET' && req.method !== 'HEAD') {
         res.setHeader('allow', 'GET, HEAD');
-        return sendJson(res, 405, { error: 'read-only: only GET is served' });
+        return sendJson(res, 405, { error: 'read-only: only GET and HEAD are served' });
       }
       const file = STATIC[url.pathname];
       if (file) {
@@ -69,7 +74,12 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       }
       const m = /^\/api\/runs\/([^/]+)\/(events|state)$/.exec(url.pathname);
       if (!m) return sendJson(res, 404, { error: `no such path: ${url.pathname}` });
-      const id = decodeURIComponent(m[1]);
+      let id;
+      try {
+        id = decodeURIComponent(m[1]);
+      } catch {
+        id = '';
+      }
       if (!STREAM_ID.test(id)) return sendJson(res, 400, { error: `invalid run id: expected run_ (or ses_) followed by 1-80 of [A-Za-z0-9_-]` });
       if (m[2] === 'state') return sendJson(res, 200, await lib.materializeRunState(world, id));
       return streamEvents(lib, world, id, req, res, url, open, heartbeatMs);
@@ -77,13 +87,32 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       if (!res.headersSent) sendJson(res, err && err.code === 'WORLD_PATH' ? 400 : 500, { error: err.message, code: err.code });
       else res.destroy();
     }
+  };
+  // No request may end the server: whatever escapes the handler ends that request alone.
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch(() => res.destroy());
   });
   server.openStreams = open;
   return server;
 }
 
+/** Until `res` can take more, or is gone; either way both listeners go. */
+function drained(res) {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
 async function streamEvents(lib, world, id, req, res, url, open, heartbeatMs) {
-  const resumeFrom = req.headers['last-event-id'] ?? url.searchParams.get('after') ?? '0';
+  // An empty Last-Event-ID is no resume point (EventSource never sends one).
+  const header = req.headers['last-event-id'] || undefined;
+  const resumeFrom = header ?? url.searchParams.get('after') ?? '0';
   if (!/^\d{1,15}$/.test(String(resumeFrom))) return sendJson(res, 400, { error: 'Last-Event-ID / after must be a sequence number' });
   const after = Number(resumeFrom);
   res.writeHead(200, {
@@ -92,6 +121,8 @@ async function streamEvents(lib, world, id, req, res, url, open, heartbeatMs) {
     connection: 'keep-alive',
     'x-accel-buffering': 'no',
   });
+  // A HEAD request gets the headers a GET would, and no stream.
+  if (req.method === 'HEAD') return res.end();
   res.write('retry: 1000\n\n');
   const controller = new AbortController();
   const heartbeat = setInterval(() => res.write(': heartbeat\n\n'), heartbeatMs);
@@ -102,7 +133,7 @@ async function streamEvents(lib, world, id, req, res, url, open, heartbeatMs) {
   try {
     for await (const e of lib.subscribe(world, id, { afterSequence: after, signal: controller.signal })) {
       const ok = res.write(`id: ${e.sequence}\nevent: ${e.type}\ndata: ${lib.canonicalize(e)}\n\n`);
-      if (!ok && !controller.signal.aborted) await new Promise((r) => res.once('drain', r).once('close', r));
+      if (!ok && !controller.signal.aborted) await drained(res);
     }
   } finally {
     clearInterval(heartbeat);

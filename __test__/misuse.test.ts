@@ -1,0 +1,163 @@
+// The live view and the command line against clients that misbehave: odd request targets, HEAD,
+// slow readers, readers that leave early, a full disk, and a world closed under a subscriber.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import type { ServerResponse } from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import * as lib from '@little-workflow/world';
+import { appendEvent, localWorld, subscribe, virtualWorld, WorldClosedError, type EventEnvelope } from '@little-workflow/world';
+import { createServer } from '../server/serve.js';
+import { packageRoot, tempDir, track } from './helpers';
+
+const LITTLE = join(packageRoot, 'bin', 'little.js');
+const children: ChildProcess[] = [];
+afterEach(() => {
+  for (const c of children.splice(0)) if (c.exitCode === null) c.kill('SIGKILL');
+});
+
+async function seeded(n: number, payload: Record<string, unknown> = {}): Promise<string> {
+  const dataDir = tempDir();
+  const w = localWorld({ dataDir, durability: 'normal' });
+  await Promise.all(Array.from({ length: n }, (_, i) => appendEvent(w, 'run_r', { type: 'Note', payload: { i, ...payload } })));
+  await w.close();
+  return dataDir;
+}
+
+/** Send raw bytes; resolve with whatever came back within `ms`. */
+function raw(port: number, text: string, ms = 1000): Promise<string> {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write(text));
+    let buf = '';
+    s.on('data', (d) => (buf += d));
+    s.on('error', () => {});
+    const t = setTimeout(() => {
+      s.destroy();
+      resolve(buf);
+    }, ms);
+    s.on('close', () => {
+      clearTimeout(t);
+      resolve(buf);
+    });
+  });
+}
+
+async function listening(dataDir: string) {
+  const server = createServer(lib, track(localWorld({ dataDir, durability: 'normal' })));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return { server, port: (server.address() as AddressInfo).port };
+}
+
+describe('little serve', () => {
+  it('answers a request target that is not a path with 400, and keeps serving', async () => {
+    const child = spawn(process.execPath, [LITTLE, 'serve', '--data-dir', await seeded(3), '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(child);
+    let stderr = '';
+    child.stderr!.on('data', (d) => (stderr += d));
+    const port = await new Promise<number>((resolve, reject) => {
+      let out = '';
+      child.stdout!.on('data', (d) => {
+        out += d;
+        const m = /:(\d+)\//.exec(out);
+        if (m) resolve(Number(m[1]));
+      });
+      child.once('exit', () => reject(new Error(`serve exited: ${stderr}`)));
+    });
+    // `new URL('//', base)` throws: this used to end the whole server.
+    for (const target of ['//', '/\\']) {
+      expect(await raw(port, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)).toMatch(/^HTTP\/1\.1 400/);
+    }
+    const res = await fetch(`http://127.0.0.1:${port}/api/runs`);
+    expect(res.status).toBe(200);
+    expect(child.exitCode).toBe(null);
+    expect(stderr).toBe('');
+  });
+
+  it('answers a malformed escape in a run id with 400, and HEAD of a stream with its headers alone', async () => {
+    const { server, port } = await listening(await seeded(3));
+    try {
+      expect((await fetch(`http://127.0.0.1:${port}/api/runs/%E0%A4%A/state`)).status).toBe(400);
+      // Node writes no body for HEAD, and never flushed the headers of a stream it could not write.
+      const reply = await raw(port, 'HEAD /api/runs/run_r/events HTTP/1.1\r\nHost: x\r\n\r\n', 1000);
+      expect(reply.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
+      expect(reply).toContain('content-type: text/event-stream');
+      expect(server.openStreams.size).toBe(0);
+      // An empty Last-Event-ID is no resume point: ?after= still counts.
+      const sse = await raw(port, 'GET /api/runs/run_r/events?after=2 HTTP/1.1\r\nHost: x\r\nLast-Event-ID: \r\n\r\n', 500);
+      expect(sse).toMatch(/^HTTP\/1\.1 200/);
+      expect(sse).toContain('id: 3\n');
+      expect(sse).not.toContain('id: 2\n');
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
+  it('keeps a constant number of listeners on the stream of a slow reader', async () => {
+    const { server, port } = await listening(await seeded(150, { big: 'x'.repeat(50_000) }));
+    let response: ServerResponse | undefined;
+    server.on('request', (_req, res) => (response = res));
+    const s = net.connect(port, '127.0.0.1', () => s.write('GET /api/runs/run_r/events HTTP/1.1\r\nHost: x\r\n\r\n'));
+    let got = 0;
+    let most = 0;
+    s.on('data', (d) => {
+      got += d.length;
+      most = Math.max(most, response?.listenerCount('close') ?? 0);
+      s.pause();
+      setTimeout(() => s.resume(), 5);
+    });
+    await new Promise((r) => setTimeout(r, 2500));
+    s.destroy();
+    server.closeAllConnections();
+    server.close();
+    expect(got).toBeGreaterThan(500_000);
+    // It used to add one 'close' listener per wait for 'drain', and never remove it.
+    expect(most).toBeLessThan(5);
+  }, 20_000);
+});
+
+describe('little', () => {
+  it('exits 1 from verify on a damaged world even when its reader leaves early', async () => {
+    const dataDir = await seeded(2000);
+    const db = new Database(join(dataDir, 'events', 'events.db'));
+    db.prepare("DELETE FROM events WHERE run_id = 'run_r' AND sequence % 2 = 0").run();
+    db.close();
+    const piped = spawnSync('bash', ['-c', `set -o pipefail; "${process.execPath}" "${LITTLE}" verify --data-dir "${dataDir}" | head -1 >/dev/null; echo "\${PIPESTATUS[0]}"`], { encoding: 'utf8' });
+    expect(piped.stdout.trim()).toBe('1');
+    expect(piped.stderr).toMatch(/little verify: hole/);
+  }, 30_000);
+
+  it('says in one line that it could not write its output', async () => {
+    const dataDir = await seeded(3);
+    const r = spawnSync('bash', ['-c', `"${process.execPath}" "${LITTLE}" events run_r --data-dir "${dataDir}" > /dev/full`], { encoding: 'utf8' });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/^little: cannot write the output: .*ENOSPC/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+});
+
+describe('subscribe and close', () => {
+  it('rejects on a world closed before, and yields nothing more once a close has resolved', async () => {
+    const closed = virtualWorld();
+    await closed.close();
+    await expect(subscribe(closed, 'run_r')[Symbol.asyncIterator]().next()).rejects.toBeInstanceOf(WorldClosedError);
+
+    const world = virtualWorld();
+    await Promise.all(Array.from({ length: 300 }, (_, i) => appendEvent(world, 'run_r', { type: 'Note', payload: { i } })));
+    const seen: EventEnvelope[] = [];
+    let afterClose = 0;
+    let isClosed = false;
+    for await (const e of subscribe(world, 'run_r')) {
+      seen.push(e);
+      if (isClosed) afterClose++;
+      if (seen.length === 10) {
+        await world.close();
+        isClosed = true;
+      }
+    }
+    // The rest of the page already read used to come through.
+    expect(afterClose).toBe(0);
+    expect(seen.map((e) => e.sequence)).toEqual(Array.from({ length: 10 }, (_, i) => i + 1));
+  });
+});
