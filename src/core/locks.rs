@@ -2,10 +2,16 @@
 //!
 //! A lock is the directory `<dataDir>/locks/<sha256(name)>/`; creating it (`mkdir`, atomic on every
 //! local file system) is taking the lock, and `owner.json` inside says who holds it:
-//! `{pid, token, createdAt}`, and where the system has one the owner process's `incarnation`
-//! (see [`process`]), so a later process given the same pid is not taken for the owner. The data
-//! directory is resolved to its real path when the world opens, so two paths to one directory
-//! contend for the same lock.
+//! `{pid, token, createdAt, flock}`. The data directory is resolved to its real path when the
+//! world opens, so two paths to one directory contend for the same lock.
+//!
+//! The owner keeps `owner.json` open with an `flock` on it for as long as it holds the lock, and
+//! says so (`flock: true`); it is flocked before it is named `owner.json`. The lock is held
+//! exactly while that flock is: the kernel lets go of it when the owner ends, however it ends,
+//! and every process on the machine sees that, whatever its pid namespace. A pid cannot tell as
+//! much: a container restarted on its data directory often gets its old pid back, and took its
+//! own previous run's locks for live ones. A record without the flag (an earlier version's, or a
+//! file system without flock) falls back to whether its pid exists.
 //!
 //! An owner whose process is gone is stale, and the next taker recovers the lock. A lock
 //! directory whose `owner.json` is not written yet belongs to a taker that is between `mkdir` and
@@ -30,7 +36,7 @@
 //! [`Locks`] remembers the locks it handed out: [`Locks::close`] (the world's close) lets go of
 //! them, and a taker still waiting then gives up with `WorldError::Closed`.
 
-use crate::core::artifacts::{sync_dir, write_synced};
+use crate::core::artifacts::sync_dir;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids::sha256_hex;
@@ -40,7 +46,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -61,16 +67,21 @@ pub struct Owner {
     pub pid: u32,
     pub token: String,
     pub created_at: String,
-    /// The owner process's incarnation (see [`process`]), which tells it from a later process
-    /// given the same pid. Absent where the system has none, and in records of earlier versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub incarnation: Option<String>,
+    /// Whether the owner holds an `flock` on this very file for as long as it holds the lock
+    /// (see [`process`]): then the lock is held exactly while that flock is, whatever the pid
+    /// means here. Absent in records of earlier versions, and where the file system has no
+    /// flock: then the pid is all there is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flock: bool,
 }
 
 impl Owner {
-    /// Whether the process that wrote this record is still running.
-    fn running(&self) -> bool {
-        process::still_running(self.pid, self.incarnation.as_deref())
+    /// Whether the process that wrote this record, stored at `file`, still holds it.
+    fn running(&self, file: &Path) -> bool {
+        match self.flock.then(|| process::is_locked(file)).flatten() {
+            Some(locked) => locked,
+            None => process::alive(self.pid),
+        }
     }
 
     /// This process, holding `token` from now.
@@ -79,7 +90,7 @@ impl Owner {
             pid: std::process::id(),
             token: token.to_string(),
             created_at: clock::now_iso(),
-            incarnation: process::incarnation().map(str::to_string),
+            flock: false,
         }
     }
 }
@@ -173,8 +184,9 @@ enum Store {
 struct Handed {
     /// Set by [`Locks::close`]: nothing more is handed out.
     closed: bool,
-    /// Locks handed out and not seen released: name → token.
-    held: HashMap<String, String>,
+    /// Locks handed out and not seen released: name → token, and the open `owner.json` whose
+    /// flock says the lock is held (dropped only after the lock directory is gone).
+    held: HashMap<String, (String, Option<fs::File>)>,
     /// `(name, token)` of the locks `close` let go of: releasing one afterwards is a no-op.
     released_at_close: HashSet<(String, String)>,
 }
@@ -214,8 +226,8 @@ impl Locks {
                 return Err(WorldError::Closed);
             }
             match self.try_take(name, &token)? {
-                None => return self.hand_out(name, token),
-                Some(busy) => {
+                Ok(owner_file) => return self.hand_out(name, token, owner_file),
+                Err(busy) => {
                     let now = Instant::now();
                     if now >= deadline {
                         return Err(busy.error(name));
@@ -227,14 +239,15 @@ impl Locks {
     }
 
     /// Remember a lock just taken, unless the world closed meanwhile: then let go of it again.
-    fn hand_out(&self, name: &str, token: String) -> Result<Held> {
+    fn hand_out(&self, name: &str, token: String, owner_file: Option<fs::File>) -> Result<Held> {
         let mut handed = self.handed();
         if handed.closed {
             drop(handed);
             self.let_go(name, &token)?;
+            drop(owner_file);
             return Err(WorldError::Closed);
         }
-        handed.held.insert(name.to_string(), token.clone());
+        handed.held.insert(name.to_string(), (token.clone(), owner_file));
         Ok(Held {
             name: name.to_string(),
             token,
@@ -251,7 +264,8 @@ impl Locks {
         }
         self.let_go(name, token)?;
         let mut handed = self.handed();
-        if handed.held.get(name).is_some_and(|t| t == token) {
+        if handed.held.get(name).is_some_and(|(t, _)| t == token) {
+            // Its flock goes only now, with the lock directory already gone.
             handed.held.remove(name);
         }
         Ok(())
@@ -268,13 +282,13 @@ impl Locks {
     /// waiting gives up at its next poll. Returns the first failure; a lock that could not be let
     /// go of can still be released afterwards, and is recoverable once this process is gone.
     pub fn close(&self) -> Result<()> {
-        let held: Vec<(String, String)> = {
+        let held: Vec<(String, (String, Option<fs::File>))> = {
             let mut handed = self.handed();
             handed.closed = true;
             handed.held.drain().collect()
         };
         let mut first_error = None;
-        for (name, token) in held {
+        for (name, (token, owner_file)) in held {
             match self.let_go(&name, &token) {
                 Ok(()) => {
                     self.handed().released_at_close.insert((name, token));
@@ -283,20 +297,24 @@ impl Locks {
                     first_error.get_or_insert(e);
                 }
             }
+            // Let go of the flock either way: a lock that could not be removed is then
+            // recoverable by others while this process lives on.
+            drop(owner_file);
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// One attempt: `None` when the lock is now ours, else who holds it.
-    fn try_take(&self, name: &str, token: &str) -> Result<Option<Busy>> {
+    /// One attempt: `Ok` when the lock is now ours (with its open `owner.json` on disk, when
+    /// flocked), else who holds it.
+    fn try_take(&self, name: &str, token: &str) -> Result<Attempt> {
         match &self.store {
             Store::Memory(map) => {
                 let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(owner) = map.get(name) {
-                    return Ok(Some(Busy::of(owner)));
+                    return Ok(Err(Busy::of(owner)));
                 }
                 map.insert(name.to_string(), Owner::me(token));
-                Ok(None)
+                Ok(Ok(None))
             }
             Store::Local { dir } => take_local(dir, &dir.join(sha256_hex(name.as_bytes())), token),
         }
@@ -349,17 +367,21 @@ fn gate(lock_dir: &Path) -> MutexGuard<'static, ()> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
-/// One attempt at taking `lock_dir` for `token`: `None` when it is now ours, else who holds it.
-fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<Busy>> {
+/// One attempt at a lock: `Ok` when it is now ours, with the open, flocked `owner.json` to keep
+/// (none in memory, or where the file system has no flock); else who holds it.
+type Attempt = std::result::Result<Option<fs::File>, Busy>;
+
+/// One attempt at taking `lock_dir` for `token` (see [`Attempt`]).
+fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Attempt> {
     let _gate = gate(lock_dir);
     for _ in 0..ROUNDS {
         match fs::create_dir(lock_dir) {
-            Ok(()) => return write_owner(dir, lock_dir, &Owner::me(token)).map(|()| None),
+            Ok(()) => return write_owner(dir, lock_dir, token).map(Ok),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => match inspect(lock_dir) {
-                Holder::Live(busy) => return Ok(Some(busy)),
+                Holder::Live(busy) => return Ok(Err(busy)),
                 Holder::Stale(busy) => {
                     if !recover(dir, lock_dir)? {
-                        return Ok(Some(busy.being_recovered()));
+                        return Ok(Err(busy.being_recovered()));
                     }
                 }
                 Holder::Gone => {}
@@ -367,26 +389,34 @@ fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<Busy>> 
             Err(e) => return Err(WorldError::io("taking a lock", Some(lock_dir.to_path_buf()), e)),
         }
     }
-    Ok(Some(Busy {
+    Ok(Err(Busy {
         pid: 0,
         holder: "(it changed hands repeatedly during this attempt)".into(),
     }))
 }
 
-/// Write `me` into the lock directory just made, and sync it. On failure the directory is removed
-/// again: its token is never handed out, so nobody else would let go of it.
-fn write_owner(dir: &Path, lock_dir: &Path, me: &Owner) -> Result<()> {
-    let body = serde_json::to_vec(me).expect("owner serializes");
+/// Write this process's owner record for `token` into the lock directory just made, and sync it.
+/// The record is flocked before it is named `owner.json`, so nobody sees it without its flock;
+/// the open file is returned to be kept while the lock is held. On failure the directory is
+/// removed again: its token is never handed out, so nobody else would let go of it.
+fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::File>> {
     let tmp = lock_dir.join("owner.json.tmp");
-    let result = hook("owner.write")
-        .and_then(|()| write_synced(&tmp, &body))
-        .and_then(|()| {
-            fs::rename(&tmp, lock_dir.join("owner.json"))
-                .map_err(|e| WorldError::io("writing a lock owner", Some(lock_dir.to_path_buf()), e))
+    let io = |e| WorldError::io("writing a lock owner", Some(lock_dir.to_path_buf()), e);
+    let result = hook("owner.write").and_then(|()| {
+        let mut file = fs::File::create(&tmp).map_err(io)?;
+        let flock = process::lock_for_life(&file);
+        let body = serde_json::to_vec(&Owner {
+            flock,
+            ..Owner::me(token)
         })
-        .and_then(|()| hook("owner.sync"))
-        .and_then(|()| sync_dir(lock_dir))
-        .and_then(|()| sync_dir(dir));
+        .expect("owner serializes");
+        file.write_all(&body).and_then(|()| file.sync_all()).map_err(io)?;
+        fs::rename(&tmp, lock_dir.join("owner.json")).map_err(io)?;
+        hook("owner.sync")?;
+        sync_dir(lock_dir)?;
+        sync_dir(dir)?;
+        Ok(flock.then_some(file))
+    });
     if result.is_err() {
         let _ = remove_aside(dir, lock_dir, "untaken");
     }
@@ -413,7 +443,7 @@ fn read_owner(lock_dir: &Path) -> std::io::Result<Option<Owner>> {
 
 fn inspect(lock_dir: &Path) -> Holder {
     match read_owner(lock_dir) {
-        Ok(Some(owner)) if owner.running() => Holder::Live(Busy::of(&owner)),
+        Ok(Some(owner)) if owner.running(&lock_dir.join("owner.json")) => Holder::Live(Busy::of(&owner)),
         Ok(Some(owner)) => Holder::Stale(Busy::of(&owner)),
         Ok(None) => Holder::Gone,
         // No readable owner yet: a taker between mkdir and its write, unless it has been so for
@@ -540,7 +570,7 @@ fn recovery_holder(path: &Path) -> RecoveryHolder {
             match holder {
                 // Recovery happens under the lock directory's gate, so a recovery lock of this
                 // process seen here is a leftover (one whose removal failed), not a live one.
-                Some(o) if o.pid != std::process::id() && o.running() => RecoveryHolder::Live,
+                Some(o) if o.pid != std::process::id() && o.running(&path.join(file)) => RecoveryHolder::Live,
                 Some(_) => RecoveryHolder::Stale(Some(file.clone())),
                 None if old => RecoveryHolder::Stale(Some(file.clone())),
                 None => RecoveryHolder::Live,
@@ -646,7 +676,7 @@ mod tests {
             pid: DEAD_PID,
             token: "lck_dead".into(),
             created_at: "2026-01-01T00:00:00.000Z".into(),
-            incarnation: None,
+            flock: false,
         };
         fs::write(dir.join("owner.json"), serde_json::to_vec(&dead).unwrap()).unwrap();
         dir
@@ -660,7 +690,7 @@ mod tests {
             pid,
             token: token.into(),
             created_at: "2026-01-01T00:00:00.000Z".into(),
-            incarnation: None,
+            flock: false,
         };
         fs::write(path.join(token), serde_json::to_vec(&owner).unwrap()).unwrap();
         path
@@ -768,43 +798,49 @@ mod tests {
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
-    /// A container restarted on the same data directory often gets its old pid back. The locks
-    /// its previous incarnation held used to look held by a live process (itself) for as long as
-    /// it ran.
-    #[cfg(target_os = "linux")]
+    /// A container restarted on its data directory often gets its old pid back: the locks its
+    /// previous run held used to look held by a live process (itself) for as long as it ran.
+    /// Now a flocked record is held exactly while its flock is.
+    #[cfg(unix)]
     #[test]
-    fn a_lock_of_an_earlier_process_with_this_pid_is_recovered() {
+    fn a_lock_is_held_while_its_owner_file_is_flocked_whatever_its_pid() {
         let dir = tempfile::tempdir().unwrap();
         let locks = Locks::local(dir.path()).unwrap();
-        let mine = process::incarnation().expect("Linux has an incarnation");
-        let (rest, start) = mine.rsplit_once(':').unwrap();
-        let earlier = format!("{rest}:{}", start.parse::<u64>().unwrap() - 1);
-        let owned_by = |name: &str, incarnation: Option<String>| {
+        // This process's pid, as a restarted container's would be, but no flock held: gone.
+        let owned_by = |name: &str, flock: bool| {
             let lock = lock_dir(dir.path(), name);
             fs::create_dir(&lock).unwrap();
             let owner = Owner {
-                incarnation,
+                flock,
                 ..Owner::me("lck_before")
             };
             fs::write(lock.join("owner.json"), serde_json::to_vec(&owner).unwrap()).unwrap();
         };
-
-        owned_by("run:run_restarted", Some(earlier));
+        owned_by("run:run_restarted", true);
         let held = locks.acquire("run:run_restarted", Duration::ZERO).unwrap();
         assert_ne!(held.token, "lck_before");
         let stored: Owner =
             serde_json::from_slice(&fs::read(lock_dir(dir.path(), "run:run_restarted").join("owner.json")).unwrap())
                 .unwrap();
-        assert_eq!(stored.incarnation.as_deref(), Some(mine));
+        assert!(stored.flock && stored.pid == std::process::id());
+        // Held by this process: another world in it (its own open file) cannot take it.
+        let other = Locks::local(dir.path()).unwrap();
+        assert_eq!(
+            other.acquire("run:run_restarted", Duration::ZERO).unwrap_err().code(),
+            "RUN_LOCKED"
+        );
+        // A record of an earlier version (no flock) with a live pid: held, as before.
+        owned_by("run:run_old_format", false);
+        assert_eq!(
+            locks.acquire("run:run_old_format", Duration::ZERO).unwrap_err().code(),
+            "RUN_LOCKED"
+        );
 
-        // This very process (another world in it may hold the lock), or a record without an
-        // incarnation, as earlier versions wrote: held.
-        owned_by("run:run_mine", Some(mine.to_string()));
-        owned_by("run:run_old_format", None);
-        for name in ["run:run_mine", "run:run_old_format"] {
-            let err = locks.acquire(name, Duration::ZERO).unwrap_err();
-            assert_eq!(err.code(), "RUN_LOCKED", "{name}");
-        }
+        // A world dropped without close no longer keeps its locks until the process exits.
+        drop(locks);
+        let held = other.acquire("run:run_restarted", Duration::ZERO).unwrap();
+        other.release(&held.name, &held.token).unwrap();
+        assert!(!lock_dir(dir.path(), "run:run_restarted").exists());
     }
 
     /// A `.recovery` directory used to make `try_take` recurse without end (a stack overflow that
@@ -887,7 +923,7 @@ mod tests {
                         pid: 1,
                         token: "lck_other".into(),
                         created_at: "2026-01-01T00:00:00.000Z".into(),
-                        incarnation: None,
+                        flock: false,
                     };
                     let staged = r.with_extension("staged");
                     fs::create_dir(&staged)?;
