@@ -188,6 +188,25 @@ describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
     expect(restoreRunCosts(events)).toMatchObject({ conservativeMicrocents: Number.MAX_SAFE_INTEGER, conservativeByModel: { m: 0 } });
   });
 
+  // Gross sums of commitments and releases pass 2^64 after 2,049 cycles of 2^53 - 1: the checks
+  // must still hold (they used to wrap, or fail for good once SQLite's integer overflowed).
+  it('keeps checking estimates after many cycles of commitment and release', async () => {
+    const world = makeWorld();
+    const runId = 'run_cycles';
+    const max = Number.MAX_SAFE_INTEGER;
+    const cycle = (model: string) => [
+      appendRunEvent(world, runId, { type: 'budget:estimate_committed', model, estimateMicrocents: max, cumulativeConservativeMicrocents: max }),
+      appendRunEvent(world, runId, { type: 'budget:estimate_released', model, releasedMicrocents: max, cumulativeConservativeMicrocents: 0 }),
+    ];
+    for (let i = 0; i < 2100; i += 100) await Promise.all(Array.from({ length: 100 }, () => cycle('m')).flat());
+    const over = await rejection(appendRunEvent(world, runId, { type: 'budget:estimate_released', model: 'm', releasedMicrocents: 1, cumulativeConservativeMicrocents: 0 }));
+    expect(over.message).toContain('has only 0 committed and not released');
+    await appendRunEvent(world, runId, { type: 'budget:estimate_committed', model: 'n', estimateMicrocents: max, cumulativeConservativeMicrocents: max });
+    const past = await rejection(appendRunEvent(world, runId, { type: 'budget:estimate_committed', model: 'm', estimateMicrocents: 1, cumulativeConservativeMicrocents: max }));
+    expect(past.path).toBe('event.estimateMicrocents');
+    expect(restoreRunCosts(await loadRunEventLogForReplay(world, runId))).toMatchObject({ conservativeMicrocents: max });
+  });
+
   it('reads run events nested as deep as an append allows', async () => {
     const world = makeWorld();
     let deep: unknown = 1;
@@ -317,6 +336,13 @@ describe('budget estimates stored before schema 3', () => {
       await appendRunEvent(world, 'run_old', { type: 'budget:estimate_committed', model: 'm', estimateMicrocents: n, cumulativeConservativeMicrocents: 40 });
     }
     await appendRunEvent(world, 'run_old', { type: 'budget:estimate_released', model: 'm', releasedMicrocents: 10, cumulativeConservativeMicrocents: 30 });
+    // Gross amounts past 2^63 (net 0): an integer sum in the upgrade used to overflow, and the
+    // world could not be opened at all.
+    const max = Number.MAX_SAFE_INTEGER;
+    for (let i = 0; i < 1100; i++) {
+      await appendRunEvent(world, 'run_gross', { type: 'budget:estimate_committed', model: 'big', estimateMicrocents: max, cumulativeConservativeMicrocents: max });
+      await appendRunEvent(world, 'run_gross', { type: 'budget:estimate_released', model: 'big', releasedMicrocents: max, cumulativeConservativeMicrocents: 0 });
+    }
     await world.close();
     // Back to schema 2, as an earlier version left it.
     const db = new Database(join(dataDir, 'events', 'events.db'));
@@ -328,6 +354,8 @@ describe('budget estimates stored before schema 3', () => {
     const err = await rejection(release(31));
     expect(err.message).toContain('has only 30 committed and not released');
     await release(30);
+    const big = await rejection(appendRunEvent(world, 'run_gross', { type: 'budget:estimate_released', model: 'big', releasedMicrocents: 1, cumulativeConservativeMicrocents: 0 }));
+    expect(big.message).toContain('has only 0 committed and not released');
     const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
     expect(check.pragma('user_version', { simple: true })).toBe(3);
     check.close();

@@ -107,8 +107,7 @@ fn check_estimate(tx: &mut dyn LogTx, run: &str, estimate: &Estimate) -> Result<
     let model = canonical::string_literal(&estimate.model);
     let amount = estimate.amount;
     if estimate.released {
-        let (committed, released) = tx.estimate(run, &estimate.model)?;
-        let open = committed.saturating_sub(released);
+        let open = tx.estimate(run, &estimate.model)?;
         if amount > open {
             return Err(WorldError::validation(
                 estimate.at.clone(),
@@ -610,8 +609,7 @@ fn append_one<'b>(
         tx.insert_terminal(run, node, sequence, &item.event_type)?;
     }
     if let Some(e) = &item.estimate {
-        let (committed, released) = if e.released { (0, e.amount) } else { (e.amount, 0) };
-        tx.add_estimate(run, &e.model, committed, released)?;
+        tx.add_estimate(run, &e.model, e.amount, e.released)?;
     }
     next.insert(
         run,

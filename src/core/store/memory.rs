@@ -14,8 +14,8 @@ struct Stream {
     keys: HashMap<String, usize>,
     /// Terminal events by node id ('' for the stream's own end).
     terminals: HashMap<String, u64>,
-    /// Budget estimates by model: committed, released.
-    estimates: HashMap<String, (u64, u64)>,
+    /// Budget estimates by model: what is committed and not released.
+    estimates: HashMap<String, u64>,
 }
 
 type Streams = BTreeMap<String, Stream>;
@@ -41,8 +41,8 @@ struct MemoryTx<'a> {
     streams: &'a Streams,
     staged: Vec<StoredEvent>,
     staged_terminals: Vec<(String, String, u64)>,
-    /// Run, model, committed, released.
-    staged_estimates: Vec<(String, String, u64, u64)>,
+    /// Run, model, amount, released.
+    staged_estimates: Vec<(String, String, u64, bool)>,
     mark: (usize, usize, usize),
 }
 
@@ -132,35 +132,35 @@ impl LogTx for MemoryTx<'_> {
         Ok(())
     }
 
-    fn estimate(&mut self, run_id: &str, model: &str) -> Result<(u64, u64)> {
+    fn estimate(&mut self, run_id: &str, model: &str) -> Result<u64> {
         let stored = self
             .streams
             .get(run_id)
             .and_then(|s| s.estimates.get(model).copied())
-            .unwrap_or((0, 0));
-        Ok(self
+            .unwrap_or(0);
+        let staged = self
             .staged_estimates
             .iter()
-            .filter(|(r, m, ..)| r == run_id && m == model)
-            .fold(stored, |(c, r), (.., dc, dr)| (c + dc, r + dr)))
+            .filter(|(r, m, ..)| r == run_id && m == model);
+        Ok(staged.fold(stored, |open, &(.., amount, released)| apply(open, amount, released)))
     }
 
     fn estimate_total(&mut self, run_id: &str) -> Result<u64> {
-        let stored: i128 = self.streams.get(run_id).map_or(0, |s| {
-            s.estimates.values().map(|&(c, r)| i128::from(c) - i128::from(r)).sum()
-        });
-        let staged: i128 = self
-            .staged_estimates
-            .iter()
-            .filter(|(r, ..)| r == run_id)
-            .map(|&(.., c, r)| i128::from(c) - i128::from(r))
-            .sum();
-        Ok((stored + staged).max(0) as u64)
+        let mut open: HashMap<&str, u64> = self
+            .streams
+            .get(run_id)
+            .map(|s| s.estimates.iter().map(|(m, &o)| (m.as_str(), o)).collect())
+            .unwrap_or_default();
+        for (_, m, amount, released) in self.staged_estimates.iter().filter(|(r, ..)| r == run_id) {
+            let o = open.entry(m.as_str()).or_default();
+            *o = apply(*o, *amount, *released);
+        }
+        Ok(open.values().sum())
     }
 
-    fn add_estimate(&mut self, run_id: &str, model: &str, committed: u64, released: u64) -> Result<()> {
+    fn add_estimate(&mut self, run_id: &str, model: &str, amount: u64, released: bool) -> Result<()> {
         self.staged_estimates
-            .push((run_id.to_string(), model.to_string(), committed, released));
+            .push((run_id.to_string(), model.to_string(), amount, released));
         Ok(())
     }
 
@@ -185,6 +185,15 @@ impl LogTx for MemoryTx<'_> {
     }
 }
 
+/// An open amount after committing (or releasing) `amount`, which the writer has checked.
+fn apply(open: u64, amount: u64, released: bool) -> u64 {
+    if released {
+        open.saturating_sub(amount)
+    } else {
+        open.saturating_add(amount)
+    }
+}
+
 impl LogWriter for MemoryLog {
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         let mut streams = self.lock();
@@ -205,9 +214,9 @@ impl LogWriter for MemoryLog {
         for (run, node, seq) in staged_terminals {
             streams.entry(run).or_default().terminals.insert(node, seq);
         }
-        for (run, model, c, r) in staged_estimates {
-            let e = streams.entry(run).or_default().estimates.entry(model).or_default();
-            *e = (e.0 + c, e.1 + r);
+        for (run, model, amount, released) in staged_estimates {
+            let open = streams.entry(run).or_default().estimates.entry(model).or_default();
+            *open = apply(*open, amount, released);
         }
         for row in staged {
             let stream = streams.entry(row.run_id.clone()).or_default();

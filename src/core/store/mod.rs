@@ -86,12 +86,13 @@ pub trait LogTx {
     fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>>;
     /// Record a terminal event. Fails, changing nothing, if that run or node already has one.
     fn insert_terminal(&mut self, run_id: &str, node: &str, sequence: u64, event_type: &str) -> Result<()>;
-    /// What `run_id` has committed and released of `model`'s budget estimates (seed 004).
-    fn estimate(&mut self, run_id: &str, model: &str) -> Result<(u64, u64)>;
-    /// The conservative total of `run_id`: committed less released, over its models.
+    /// What `run_id` has committed and not released of `model`'s budget estimates (seed 004).
+    fn estimate(&mut self, run_id: &str, model: &str) -> Result<u64>;
+    /// The conservative total of `run_id`: what is open, over its models.
     fn estimate_total(&mut self, run_id: &str) -> Result<u64>;
-    /// Add to what `run_id` has committed and released of `model`.
-    fn add_estimate(&mut self, run_id: &str, model: &str, committed: u64, released: u64) -> Result<()>;
+    /// Commit (`released` false) or release `amount` of `model`. The caller has checked that the
+    /// open amount stays within `0 ..= 2^53 - 1`.
+    fn add_estimate(&mut self, run_id: &str, model: &str, amount: u64, released: bool) -> Result<()>;
     /// Open a savepoint for one append.
     fn savepoint(&mut self) -> Result<()>;
     /// Keep what the append since the savepoint wrote.

@@ -47,22 +47,24 @@ const MIGRATIONS: &[&str] = &[
            OR (type IN ('node:completed', 'node:failed', 'node:skipped')
                AND json_type(envelope, '$.payload.nodeId') = 'text')
         ORDER BY run_id, sequence;",
-    // 3: what each stream has committed and released of each model's budget estimates (seed 004,
-    // ADR-0074), so an append can refuse a release of more than is committed, which the cost
-    // restore would read as a damaged log, without a scan. Rows stored before are summed in.
+    // 3: what each stream has committed and not released of each model's budget estimates (seed
+    // 004, ADR-0074), so an append can refuse a release of more than that, which the cost restore
+    // would read as a damaged log, without a scan. Only the open amount is kept: the checks keep it
+    // within 0 ..= 2^53 - 1, where gross sums could overflow. Rows stored before are summed in (in
+    // floating point, which cannot overflow; a legacy over-release counts as nothing open).
     "CREATE TABLE estimates (
-        run_id    TEXT    NOT NULL,
-        model     TEXT    NOT NULL,
-        committed INTEGER NOT NULL,
-        released  INTEGER NOT NULL,
+        run_id TEXT    NOT NULL,
+        model  TEXT    NOT NULL,
+        open   INTEGER NOT NULL,
         PRIMARY KEY (run_id, model)
     ) WITHOUT ROWID;
-    INSERT INTO estimates (run_id, model, committed, released)
+    INSERT INTO estimates (run_id, model, open)
         SELECT run_id, coalesce(json_extract(envelope, '$.payload.model'), ''),
-               sum(CASE WHEN type = 'budget:estimate_committed'
-                        THEN coalesce(json_extract(envelope, '$.payload.estimateMicrocents'), 0) ELSE 0 END),
-               sum(CASE WHEN type = 'budget:estimate_released'
-                        THEN coalesce(json_extract(envelope, '$.payload.releasedMicrocents'), 0) ELSE 0 END)
+               CAST(min(9007199254740991, max(0,
+                   total(CASE WHEN type = 'budget:estimate_committed'
+                              THEN json_extract(envelope, '$.payload.estimateMicrocents') END)
+                 - total(CASE WHEN type = 'budget:estimate_released'
+                              THEN json_extract(envelope, '$.payload.releasedMicrocents') END))) AS INTEGER)
         FROM events
         WHERE type IN ('budget:estimate_committed', 'budget:estimate_released')
         GROUP BY 1, 2;",

@@ -425,35 +425,31 @@ impl LogTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn estimate(&mut self, run_id: &str, model: &str) -> Result<(u64, u64)> {
+    fn estimate(&mut self, run_id: &str, model: &str) -> Result<u64> {
         self.conn
-            .prepare_cached("SELECT committed, released FROM estimates WHERE run_id = ?1 AND model = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![run_id, model], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-                })
-                .optional()
-            })
-            .map(|v| v.map_or((0, 0), |(c, r)| (c.max(0) as u64, r.max(0) as u64)))
+            .prepare_cached("SELECT open FROM estimates WHERE run_id = ?1 AND model = ?2")
+            .and_then(|mut s| s.query_row(params![run_id, model], |r| r.get::<_, i64>(0)).optional())
+            .map(|v| v.map_or(0, |open| open.max(0) as u64))
             .map_err(|e| WorldError::sqlite("reading a budget estimate", e))
     }
 
     fn estimate_total(&mut self, run_id: &str) -> Result<u64> {
+        // Each open amount is at most 2^53 - 1, and so is their sum: an i64 holds it.
         self.conn
-            .prepare_cached("SELECT total(committed - released) FROM estimates WHERE run_id = ?1")
-            .and_then(|mut s| s.query_row([run_id], |r| r.get::<_, f64>(0)))
-            .map(|t| t.max(0.0) as u64)
+            .prepare_cached("SELECT coalesce(sum(open), 0) FROM estimates WHERE run_id = ?1")
+            .and_then(|mut s| s.query_row([run_id], |r| r.get::<_, i64>(0)))
+            .map(|t| t.max(0) as u64)
             .map_err(|e| WorldError::sqlite("reading the conservative total", e))
     }
 
-    fn add_estimate(&mut self, run_id: &str, model: &str, committed: u64, released: u64) -> Result<()> {
+    fn add_estimate(&mut self, run_id: &str, model: &str, amount: u64, released: bool) -> Result<()> {
+        let delta = if released { -(amount as i64) } else { amount as i64 };
         self.conn
             .prepare_cached(
-                "INSERT INTO estimates (run_id, model, committed, released) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (run_id, model) DO UPDATE
-                 SET committed = committed + excluded.committed, released = released + excluded.released",
+                "INSERT INTO estimates (run_id, model, open) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (run_id, model) DO UPDATE SET open = open + excluded.open",
             )
-            .and_then(|mut s| s.execute(params![run_id, model, committed as i64, released as i64]))
+            .and_then(|mut s| s.execute(params![run_id, model, delta]))
             .map(|_| ())
             .map_err(|e| WorldError::sqlite("recording a budget estimate", e))
     }
