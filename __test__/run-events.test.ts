@@ -443,6 +443,20 @@ describe('reading run-event logs written by a newer writer', () => {
     // Every row is still there for the generic reader.
     expect((await listEvents(world, 'run_newer')).length).toBe(5);
 
+    // Refinements added later hold on write only: rows an earlier version stored stay readable.
+    const refined = [
+      insertRaw(dataDir, 'run_earlier', 'budget:warning', { spentMicrocents: 10, limitMicrocents: 100, thresholdPct: 80 }),
+      insertRaw(dataDir, 'run_earlier', 'cost:attempt_settled', { nodeId: 'n', model: 'm', attemptNumber: 1, inputTokens: 1, outputTokens: 1, costMicrocents: 100, cumulativeCostMicrocents: 50, priced: true }),
+    ];
+    expect((await listRunEvents(world, 'run_earlier')).map((e) => e.sequenceNumber)).toEqual(refined);
+    expect(foldRunEvents(await loadRunEventLogForReplay(world, 'run_earlier')).costs.realizedCostMicrocents).toBe(50);
+    for (const draft of [
+      { type: 'budget:warning', spentMicrocents: 10, limitMicrocents: 100, thresholdPct: 80 },
+      { type: 'cost:attempt_settled', nodeId: 'n', model: 'm', attemptNumber: 1, inputTokens: 1, outputTokens: 1, costMicrocents: 100, cumulativeCostMicrocents: 50, priced: true },
+    ]) {
+      expect(await rejection(appendRunEvent(world, 'run_earlier', draft))).toBeInstanceOf(EventValidationError);
+    }
+
     // A known type whose body does not parse is corruption, on both reads.
     insertRaw(dataDir, 'run_broken', 'node:started', { nodeType: 'agent' });
     for (const read of [listRunEvents(world, 'run_broken'), loadRunEventLogForReplay(world, 'run_broken')]) {

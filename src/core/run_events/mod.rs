@@ -98,7 +98,8 @@ pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> R
             format!("a draft carries no {field}: the world stamps the envelope"),
         ));
     }
-    validate_body(stream, t, fields)
+    validate_body(stream, t, fields)?;
+    refine::on_write(t, fields)
 }
 
 /// Whether an unknown type may be named in an error: only when it reads as a type name. A

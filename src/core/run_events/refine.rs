@@ -112,10 +112,18 @@ pub(super) fn cumulative_covers_estimate(m: &Map<String, Value>) -> Result<()> {
     Ok(())
 }
 
-/// A settled attempt's run-wide total after it (`cumulativeCostMicrocents`) includes its own cost,
-/// and an unpriced attempt costs 0.
-pub(super) fn settled_attempt(m: &Map<String, Value>) -> Result<()> {
-    unpriced_is_zero(m)?;
+/// The refinements checked on write only: they came after logs were first written, and a row an
+/// earlier version stored must stay readable.
+pub(super) fn on_write(t: &str, m: &Map<String, Value>) -> Result<()> {
+    match t {
+        "budget:warning" => warning_threshold(m),
+        "cost:attempt_settled" => settled_includes_its_cost(m),
+        _ => Ok(()),
+    }
+}
+
+/// A settled attempt's run-wide total after it (`cumulativeCostMicrocents`) includes its own cost.
+fn settled_includes_its_cost(m: &Map<String, Value>) -> Result<()> {
     if int(m, "cumulativeCostMicrocents") < int(m, "costMicrocents") {
         return Err(WorldError::validation(
             "event.cumulativeCostMicrocents",
@@ -126,8 +134,9 @@ pub(super) fn settled_attempt(m: &Map<String, Value>) -> Result<()> {
 }
 
 /// `thresholdPct` is `clamp(round(spent / limit * 100), 0, 100)`. The producer computes it in
-/// floating point, so at an exact half either neighbour is taken; a limit of 0 leaves it as given.
-pub(super) fn warning_threshold(m: &Map<String, Value>) -> Result<()> {
+/// floating point: what that gives is taken, and so is the exact value rounded either way at an
+/// exact half. A limit of 0 leaves it as given.
+fn warning_threshold(m: &Map<String, Value>) -> Result<()> {
     let (spent, limit, pct) = (
         u128::from(int(m, "spentMicrocents")),
         u128::from(int(m, "limitMicrocents")),
@@ -137,11 +146,14 @@ pub(super) fn warning_threshold(m: &Map<String, Value>) -> Result<()> {
         return Ok(());
     }
     // |pct - 100 * spent / limit| <= 1/2, or 100 once spent reaches the limit.
-    let fits = if spent >= limit {
+    let exact = if spent >= limit {
         pct == 100
     } else {
         (2 * pct * limit).abs_diff(200 * spent) <= limit
     };
+    // As JavaScript computes it (`Math.round` and `f64::round` agree on non-negative numbers).
+    let float = (spent as f64 / limit as f64 * 100.0).round().clamp(0.0, 100.0) == pct as f64;
+    let fits = exact || float;
     if !fits {
         return Err(WorldError::validation(
             "event.thresholdPct",

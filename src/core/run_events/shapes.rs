@@ -309,14 +309,11 @@ pub(super) static SHAPES: &[(&str, Shape)] = &[
     ),
     (
         "budget:warning",
-        refined(
-            run(&[&[
-                req("spentMicrocents", Count),
-                req("limitMicrocents", Count),
-                req("thresholdPct", Pct),
-            ]]),
-            warning_threshold,
-        ),
+        run(&[&[
+            req("spentMicrocents", Count),
+            req("limitMicrocents", Count),
+            req("thresholdPct", Pct),
+        ]]),
     ),
     (
         "budget:paused",
@@ -352,7 +349,7 @@ pub(super) static SHAPES: &[(&str, Shape)] = &[
                 COST_FIELDS,
                 &[req("attemptNumber", Positive), req("priced", Bool)],
             ]),
-            settled_attempt,
+            unpriced_is_zero,
         ),
     ),
     (

@@ -183,6 +183,8 @@ fn run_cases() -> Vec<Case> {
                 json!({ "spentMicrocents": 1, "limitMicrocents": 200, "thresholdPct": 1 }),
                 json!({ "spentMicrocents": 2, "limitMicrocents": 3, "thresholdPct": 67 }),
                 json!({ "spentMicrocents": 2500, "limitMicrocents": 1000, "thresholdPct": 100 }),
+                // 50.4999… exactly, but 51 as JavaScript computes it: what the producer sends.
+                json!({ "spentMicrocents": 107_411_207_281_366_u64, "limitMicrocents": 212_695_459_963_101_u64, "thresholdPct": 51 }),
             ], vec![
             (json!({ "spentMicrocents": 1, "limitMicrocents": 1, "thresholdPct": 101 }), "event.thresholdPct"),
             (json!({ "spentMicrocents": 10, "limitMicrocents": 100, "thresholdPct": 90 }), "event.thresholdPct"),
