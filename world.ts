@@ -156,8 +156,10 @@ const BESIDE_MIN = 4096;
  * honoured, as `JSON.stringify` does. Errors name the path, such as `payload.a[3].b`. Given
  * `beside`, long strings are pushed onto it instead (see `BESIDE_MIN`). With `screenKeys`, a key
  * that looks like a credential is not written into a path (`CREDENTIAL_KEY` stands for it).
+ * `around` levels more are allowed where `value` wraps payloads: 1 for a list of run events, 2 for
+ * a list of envelopes.
  */
-function toJsonText(value: unknown, root: string, runId?: string, beside?: string[], screenKeys = false): string {
+function toJsonText(value: unknown, root: string, runId?: string, beside?: string[], screenKeys = false, around = 0): string {
   let long = false;
   const segs: (string | number)[] = [];
   const ancestors = new Set<object>();
@@ -217,7 +219,7 @@ function toJsonText(value: unknown, root: string, runId?: string, beside?: strin
     ancestors.delete(obj);
   };
   try {
-    walk(value, '', 1, false);
+    walk(value, '', 1 - around, false);
     if (!long || beside === undefined) return JSON.stringify(value);
     // Long strings go beside the text, each replaced by "\u0000<index>"; so that every string
     // value starting with U+0000 is a placeholder, such short strings go beside it too.
@@ -577,7 +579,7 @@ export function validateEventLogShape(events: readonly EventEnvelope[]): void {
   }
   let text: string;
   try {
-    text = toJsonText(events, 'events');
+    text = toJsonText(events, 'events', undefined, undefined, false, 2);
   } catch (err) {
     throw new EventLogCorruptError('EVENT_LOG_CORRUPT', `the log cannot be read as JSON: ${(err as Error).message}`, {}, { cause: err });
   }
@@ -802,7 +804,7 @@ export function materializeRunStateFromEvents(
   checkRunIdType(runId);
   if (!Array.isArray(events)) invalid('events', 'must be an array of envelopes', runId);
   const o = options(opts, 'materializeRunStateFromEvents options');
-  const text = toJsonText(events, 'events', runId);
+  const text = toJsonText(events, 'events', runId, undefined, false, 2);
   const pricing = pricingText(o.pricing);
   return frozen<MaterializedRunState>(callSync(() => native.materializeEventsJson(runId, text, pricing)));
 }
@@ -1227,13 +1229,13 @@ export async function loadRunEventLogForReplay(world: World, runId: string): Pro
 /** Restore a run's costs from its events exactly as seed 004's fold rules say; row order does not matter. */
 export function restoreRunCosts(events: readonly RunEvent[]): RunCosts {
   if (!Array.isArray(events)) invalid('events', 'must be an array of run events');
-  const text = toJsonText(events, 'events', undefined, undefined, true);
+  const text = toJsonText(events, 'events', undefined, undefined, true, 1);
   return frozen<RunCosts>(callSync(() => native.restoreRunCostsJson(text)));
 }
 
 /** Fold a run's events into its status, nodes, pending gates and media jobs, budget, timeout and costs. */
 export function foldRunEvents(events: readonly RunEvent[]): RunEventState {
   if (!Array.isArray(events)) invalid('events', 'must be an array of run events');
-  const text = toJsonText(events, 'events', undefined, undefined, true);
+  const text = toJsonText(events, 'events', undefined, undefined, true, 1);
   return frozen<RunEventState>(callSync(() => native.foldRunEventsJson(text)));
 }

@@ -17,12 +17,15 @@ import {
   listEvents,
   listRunEvents,
   loadRunEventLogForReplay,
+  listRuns,
   localWorld,
   materializeRunState,
   materializeRunStateFromEvents,
   ReplayRefusedError,
   restoreRunCosts,
   WorldError,
+  validateEventLogShape,
+  verifyWorld,
   type RunEvent,
   type RunEventDraft,
 } from '@little-workflow/world';
@@ -207,28 +210,42 @@ describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
     expect(restoreRunCosts(await loadRunEventLogForReplay(world, runId))).toMatchObject({ conservativeMicrocents: max });
   });
 
-  it('reads run events nested as deep as an append allows', async () => {
+  // At the very limit: a payload nests at most 1,000 levels, which its envelope, a list of events
+  // and a materialized state wrap in a few more. Reads used to stop at 128 levels, then at the
+  // envelope's 1,001st, and listRuns panicked.
+  it('reads, lists, verifies and folds what nests as deep as an append allows', async () => {
     const world = makeWorld();
-    let deep: unknown = 1;
-    for (let i = 0; i < 990; i++) deep = [deep];
-    await appendRunEvent(world, 'run_deep', { type: 'run:started', workflowId: UUID, inputs: { deep }, executionMode: 'local' });
+    const nest = (levels: number, wrap: (v: unknown) => unknown) => {
+      let v: unknown = 1;
+      for (let i = 0; i < levels; i++) v = wrap(v);
+      return v;
+    };
+    // The payload { workflowId, inputs: { deep } } nests 2 levels around `deep`.
+    const started = (levels: number) => ({ type: 'run:started', workflowId: UUID, inputs: { deep: nest(levels, (v) => [v]) }, executionMode: 'local' }) as RunEventDraft;
+    expect(await rejection(appendRunEvent(world, 'run_deep', started(999)))).toBeInstanceOf(EventValidationError);
+    await appendRunEvent(world, 'run_deep', started(998));
+    const want = JSON.stringify(started(998).inputs);
     for (const read of [listRunEvents(world, 'run_deep'), loadRunEventLogForReplay(world, 'run_deep')]) {
       const [e] = await read;
-      expect(JSON.stringify((e as unknown as { inputs: unknown }).inputs)).toBe(JSON.stringify({ deep }));
+      expect(JSON.stringify((e as unknown as { inputs: unknown }).inputs)).toBe(want);
     }
-  });
+    const events = await loadRunEventLogForReplay(world, 'run_deep');
+    expect(restoreRunCosts(events).conservativeMicrocents).toBe(0);
+    expect(foldRunEvents(events).status).toBe('running');
 
-  it('folds the state of a run whose values nest as deep as an append allows', async () => {
-    const world = makeWorld();
-    let deep: unknown = 1;
-    for (let i = 0; i < 990; i++) deep = { d: deep };
+    // { stepPath, output } nests 1 level around the output.
+    const output = nest(999, (v) => ({ d: v }));
+    expect(await rejection(appendEvent(world, 'run_deep_state', { type: 'StepCompleted', payload: { stepPath: 's', output: { d: output } } }))).toBeInstanceOf(EventValidationError);
     await appendEvent(world, 'run_deep_state', { type: 'StepStarted', payload: { stepPath: 's' } });
-    await appendEvent(world, 'run_deep_state', { type: 'StepCompleted', payload: { stepPath: 's', output: deep } });
+    await appendEvent(world, 'run_deep_state', { type: 'StepCompleted', payload: { stepPath: 's', output } });
     const state = await materializeRunState(world, 'run_deep_state');
     // It used to come back as null past 127 levels.
-    expect(JSON.stringify(state.steps.s.output)).toBe(JSON.stringify(deep));
-    const events = await listEvents(world, 'run_deep_state');
-    expect(JSON.stringify(materializeRunStateFromEvents('run_deep_state', events).steps.s.output)).toBe(JSON.stringify(deep));
+    expect(JSON.stringify(state.steps.s.output)).toBe(JSON.stringify(output));
+    const listed = await listEvents(world, 'run_deep_state');
+    expect(JSON.stringify(materializeRunStateFromEvents('run_deep_state', listed).steps.s.output)).toBe(JSON.stringify(output));
+    validateEventLogShape(listed);
+    expect((await listRuns(world)).map((r) => r.runId).sort()).toEqual(['run_deep', 'run_deep_state']);
+    expect((await verifyWorld(world)).ok).toBe(true);
   });
 
   it('folds status, nodes, pending gates and the run:paused aggregate', async () => {
@@ -395,7 +412,8 @@ describe('restoring costs from a list the caller gives', () => {
     const cases: unknown[][] = [
       [{ ...commit, extra: { [secret]: Number.NaN } }],
       [commit, { ...release, runId: `run_${secret}` }],
-      [{ ...commit, runId: secret }],
+      [{ ...commit, runId: `run_${secret}` }, { ...release, runId: `run_${secret}` }, { ...release, runId: `run_${secret}` }],
+      [{ ...commit, runId: secret }, { ...commit, runId: secret }],
     ];
     for (const list of cases) {
       for (const f of [restoreRunCosts, foldRunEvents]) {
@@ -410,6 +428,10 @@ describe('restoring costs from a list the caller gives', () => {
         expect(seen.includes('Xy7QXy7Q'), seen).toBe(false);
       }
     }
+    // Such an id is still a run id (appends take it): its events restore and fold.
+    const list = [{ ...commit, runId: `run_${secret}` }, { ...release, runId: `run_${secret}` }] as RunEvent[];
+    expect(restoreRunCosts(list).conservativeMicrocents).toBe(0);
+    expect(foldRunEvents(list).costs.conservativeMicrocents).toBe(0);
   });
 });
 

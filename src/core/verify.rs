@@ -121,7 +121,7 @@ fn check_row(row: RowRef<'_>, problems: &mut Vec<Problem>, referenced: &mut BTre
             message,
         })
     };
-    let value: Value = match canonical::parse(row.envelope) {
+    let value: Value = match canonical::parse_around(row.envelope, 1) {
         Ok(v) => v,
         Err(e) => return report("unreadable", format!("the stored envelope {e}")),
     };

@@ -485,12 +485,16 @@ fn stream_status(
     pricing: &Pricing,
 ) -> Result<(serde_json::Value, serde_json::Value)> {
     use crate::core::run_events::{self, stored};
-    // Both texts are canonical JSON of this build, as deep as a payload may be (1,000 levels).
-    let parse = |text: String| crate::core::canonical::parse(&text).expect("canonical JSON of this build");
-    let log = parse(stored::read_log(reader, id, false)?);
-    let events = log.as_array().expect("the log is an array");
+    // Both texts are this build's own JSON, around payloads of up to 1,000 levels.
+    let parse = |text: String, around: usize| {
+        crate::core::canonical::parse_around(&text, around).map_err(|e| WorldError::RuntimeIntegrity {
+            reason: format!("internal error: {id}'s own JSON {e}"),
+        })
+    };
+    let log = parse(stored::read_log(reader, id, false)?, 1)?;
+    let events = log.as_array().map(Vec::as_slice).unwrap_or_default();
     if events.is_empty() {
-        let state = parse(materialize::fold_stored(reader, id, pricing)?);
+        let state = parse(materialize::fold_stored(reader, id, pricing)?, 3)?;
         return Ok((state["status"].clone(), state["usage"]["costUsd"].clone()));
     }
     if stored::stream_of(id) == run_events::Stream::Session {

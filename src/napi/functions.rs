@@ -64,7 +64,8 @@ pub fn looks_like_credential(s: String) -> bool {
 }
 
 fn parse_events(text: &str) -> crate::core::error::Result<Vec<serde_json::Value>> {
-    match canonical::parse(text) {
+    // A list of run events, each as deep as its payload: one level more than a payload.
+    match canonical::parse_around(text, 1) {
         Ok(serde_json::Value::Array(events)) => Ok(events),
         Ok(_) => Err(WorldError::validation("events", "must be an array of run events")),
         Err(e) => Err(WorldError::validation("events", e.to_string())),

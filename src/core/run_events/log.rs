@@ -19,10 +19,11 @@ pub(super) struct Row<'v> {
     pub sequence: Option<u64>,
 }
 
-/// A corruption report at an event of the log.
+/// A corruption report at an event of the log. A list given by the caller is not validated yet:
+/// its run id is reported only if [`is_shown_run_id`].
 pub(super) fn corrupt(run_id: Option<&str>, sequence: Option<u64>, reason: impl Into<String>) -> WorldError {
     WorldError::EventLogCorrupt {
-        run_id: run_id.map(str::to_string),
+        run_id: run_id.filter(|r| is_shown_run_id(r)).map(str::to_string),
         sequence,
         reason: reason.into(),
     }
@@ -30,7 +31,8 @@ pub(super) fn corrupt(run_id: Option<&str>, sequence: Option<u64>, reason: impl 
 
 /// Whether `r` is a run id (`run_` and 1-80 of `[A-Za-z0-9_-]`) that may appear in an error: not
 /// one with a credential in it, after the prefix or any other underscore (`run_sk-ant-…`), where
-/// the screen, which looks for credentials that start a word, would not see it.
+/// the screen, which looks for credentials that start a word, would not see it. (Appends take
+/// such ids, so lists of them restore and fold; errors about them just do not name them.)
 fn is_shown_run_id(r: &str) -> bool {
     crate::core::ids::check_run_id(r).is_ok()
         && !r
@@ -59,18 +61,17 @@ pub(super) fn read_run_events(events: &[Value]) -> Result<Vec<Row<'_>>> {
         };
         match obj.get("runId") {
             None => {}
-            // The caller's list is not validated yet: a runId is shown (in the message and the
-            // error's runId) only once it is a run id that does not look like a credential.
-            Some(Value::String(r)) if !is_shown_run_id(r) => {
-                return Err(corrupt(run, sequence, format!("run event #{i}: runId is not a run id")));
-            }
-            Some(Value::String(r)) if run.is_none_or(|first| first == r) => run = Some(r),
-            Some(Value::String(r)) => {
+            Some(Value::String(r)) if !r.is_empty() && run.is_none_or(|first| first == r) => run = Some(r),
+            Some(Value::String(r)) if !r.is_empty() => {
                 let first = run.unwrap_or_default();
+                let name = |id: &str| match is_shown_run_id(id) {
+                    true => id.to_string(),
+                    false => "a run id that is not shown".to_string(),
+                };
                 return Err(corrupt(
                     run,
                     sequence,
-                    format!("the list mixes two runs ({r} after {first})"),
+                    format!("the list mixes two runs ({} after {})", name(r), name(first)),
                 ));
             }
             Some(_) => return Err(corrupt(run, sequence, "runId is not a non-empty string")),

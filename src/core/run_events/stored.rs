@@ -53,7 +53,7 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
         }
         // As deep as an append may nest (1,000 levels), not serde_json's default 128.
         let envelope: Value =
-            canonical::parse(row.envelope).map_err(|e| corrupt(format!("the stored envelope {e}")))?;
+            canonical::parse_around(row.envelope, 1).map_err(|e| corrupt(format!("the stored envelope {e}")))?;
         let Some(Value::Object(payload)) = envelope.get("payload") else {
             return Err(corrupt("the stored envelope has no payload object".into()));
         };
