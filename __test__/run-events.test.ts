@@ -360,6 +360,15 @@ describe('budget estimates stored before schema 3', () => {
       await appendRunEvent(world, 'run_gross', { type: 'budget:estimate_committed', model: 'big', estimateMicrocents: max, cumulativeConservativeMicrocents: max });
       await appendRunEvent(world, 'run_gross', { type: 'budget:estimate_released', model: 'big', releasedMicrocents: max, cumulativeConservativeMicrocents: 0 });
     }
+    // Gross sums past 2^53, where floating point is inexact: the open amount must be exact.
+    for (const [model, last] of [['exact', max], ['exact2', max - 2]] as const) {
+      for (const [kind, n] of [['committed', max], ['released', max], ['committed', max], ['released', max], ['committed', last]] as const) {
+        const draft = kind === 'committed'
+          ? { type: 'budget:estimate_committed', model, estimateMicrocents: n, cumulativeConservativeMicrocents: n }
+          : { type: 'budget:estimate_released', model, releasedMicrocents: n, cumulativeConservativeMicrocents: 0 };
+        await appendRunEvent(world, `run_${model}`, draft);
+      }
+    }
     await world.close();
     // Back to schema 2, as an earlier version left it.
     const db = new Database(join(dataDir, 'events', 'events.db'));
@@ -373,6 +382,10 @@ describe('budget estimates stored before schema 3', () => {
     await release(30);
     const big = await rejection(appendRunEvent(world, 'run_gross', { type: 'budget:estimate_released', model: 'big', releasedMicrocents: 1, cumulativeConservativeMicrocents: 0 }));
     expect(big.message).toContain('has only 0 committed and not released');
+    const releaseOf = (model: string, n: number) => appendRunEvent(world, `run_${model}`, { type: 'budget:estimate_released', model, releasedMicrocents: n, cumulativeConservativeMicrocents: 0 });
+    expect((await rejection(releaseOf('exact2', max - 1))).message).toContain(`has only ${max - 2} committed`);
+    await releaseOf('exact', max);
+    await releaseOf('exact2', max - 2);
     const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
     expect(check.pragma('user_version', { simple: true })).toBe(3);
     check.close();

@@ -19,15 +19,10 @@
 //! before it is deleted, so a taker never sees it half removed. A taker that fails to write or
 //! sync its `owner.json` removes the directory again: it never hands out a token for it.
 //!
-//! Recovery runs under a lock of its own (`<hash>.recovery/`), so two recoverers cannot both win,
-//! and re-checks staleness once it holds it. While another live process holds that recovery lock,
-//! the lock counts as held (the taker waits and polls as usual). The recovery lock holds a single
-//! file, named by its holder's token and holding its owner record; it is prepared aside and
-//! renamed into place whole, so it is never seen without its holder. One whose holder process is
-//! gone is broken by deleting that very file (which fails if another taker broke it first), then
-//! the directory (which fails unless it is empty), so breaking a dead recoverer's lock can never
-//! remove a live one's. An empty `.recovery` directory (as older versions made) is respected for
-//! the grace.
+//! Recovery runs under a lock of its own, an `flock` on `<hash>.recovery-lock` (see
+//! [`RecoveryLock`]), so two recoverers cannot both win, and re-checks staleness once it holds it.
+//! While another taker holds that flock, the lock counts as held (the taker waits and polls as
+//! usual). Recovery directories `<hash>.recovery/` of earlier versions are not looked at.
 //!
 //! Within a process, the operations on one lock directory are serialized (see [`gate`]): two
 //! releases of one lock cannot both pass the owner check, the second then removing the lock of
@@ -43,7 +38,6 @@ use crate::core::ids::sha256_hex;
 use crate::core::process;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
-use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::{ErrorKind, Write};
@@ -402,7 +396,17 @@ fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Attempt> {
 fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::File>> {
     let tmp = lock_dir.join("owner.json.tmp");
     let io = |e| WorldError::io("writing a lock owner", Some(lock_dir.to_path_buf()), e);
+    // The directory this taker made: should it stall past the grace (a paused container), others
+    // recover the lock and the path names a later taker's directory, which is not to be removed.
+    let made = dir_id(lock_dir);
+    let still_mine = || match dir_id(lock_dir) == made {
+        true => Ok(()),
+        false => Err(io(std::io::Error::other(
+            "the lock was recovered by another taker while this one stalled",
+        ))),
+    };
     let result = hook("owner.write").and_then(|()| {
+        still_mine()?;
         let mut file = fs::File::create(&tmp).map_err(io)?;
         let flock = process::lock_for_life(&file);
         let body = serde_json::to_vec(&Owner {
@@ -411,16 +415,30 @@ fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::Fi
         })
         .expect("owner serializes");
         file.write_all(&body).and_then(|()| file.sync_all()).map_err(io)?;
+        still_mine()?;
         fs::rename(&tmp, lock_dir.join("owner.json")).map_err(io)?;
         hook("owner.sync")?;
         sync_dir(lock_dir)?;
         sync_dir(dir)?;
         Ok(flock.then_some(file))
     });
-    if result.is_err() {
+    if result.is_err() && made.is_some() && dir_id(lock_dir) == made {
         let _ = remove_aside(dir, lock_dir, "untaken");
     }
     result
+}
+
+/// The identity (device, inode) of the directory at `path`, if any.
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        fs::symlink_metadata(path).ok().map(|_| (0, 0))
+    }
 }
 
 enum Holder {
@@ -446,8 +464,13 @@ fn inspect(lock_dir: &Path) -> Holder {
         Ok(Some(owner)) if owner.running(&lock_dir.join("owner.json")) => Holder::Live(Busy::of(&owner)),
         Ok(Some(owner)) => Holder::Stale(Busy::of(&owner)),
         Ok(None) => Holder::Gone,
-        // No readable owner yet: a taker between mkdir and its write, unless it has been so for
-        // longer than the grace.
+        // No readable owner yet: a taker between mkdir and its write. While it holds the flock
+        // on the record it is writing, it is there however long it takes; otherwise it is
+        // presumed gone after the grace.
+        Err(_) if process::is_locked(&lock_dir.join("owner.json.tmp")) == Some(true) => Holder::Live(Busy {
+            pid: 0,
+            holder: "by a taker that is writing its owner file".into(),
+        }),
         Err(e) => match age(lock_dir) {
             None => Holder::Gone,
             Some(a) if a > OWNER_GRACE => Holder::Stale(Busy::unknown(&e)),
@@ -465,7 +488,7 @@ fn age(path: &Path) -> Option<Duration> {
 /// Remove a stale lock under the recovery lock, re-checking that it is still stale. `false` when
 /// another live taker is recovering it.
 fn recover(dir: &Path, lock_dir: &Path) -> Result<bool> {
-    let Some(_recovery) = RecoveryLock::take(dir, lock_dir)? else {
+    let Some(_recovery) = RecoveryLock::take(lock_dir)? else {
         return Ok(false);
     };
     match inspect(lock_dir) {
@@ -475,123 +498,34 @@ fn recover(dir: &Path, lock_dir: &Path) -> Result<bool> {
     Ok(true)
 }
 
-/// The recovery lock of one lock directory, held by this process; let go of when dropped.
+/// The recovery lock of one lock directory, held by this process while it recovers: an `flock`
+/// on `<hash>.recovery-lock` beside it. The kernel lets go of it when its holder ends, however
+/// it ends, and every process on the host sees that, so a recoverer killed mid-recovery never
+/// blocks the lock and a live one is never taken for dead (whatever pid namespace either is in).
+/// The file is never deleted: a taker that had opened it before a delete would lock the deleted
+/// file while the next one locked a new one. Where the file system has no flock, recovery runs
+/// without it, as takers there are judged by their pids anyway.
 struct RecoveryLock {
-    dir: PathBuf,
-    path: PathBuf,
-    token: String,
-}
-
-enum RecoveryHolder {
-    Free,
-    Live,
-    /// Its holder is gone: the holder's file to delete first (none for an empty directory).
-    Stale(Option<OsString>),
+    _file: Option<fs::File>,
 }
 
 impl RecoveryLock {
-    /// Take the recovery lock of `lock_dir`, breaking one whose holder is gone; `None` while a
-    /// live taker holds it.
-    fn take(dir: &Path, lock_dir: &Path) -> Result<Option<RecoveryLock>> {
-        let path = lock_dir.with_extension("recovery");
-        let token = new_token();
-        // Prepared aside, whole, then renamed into place: never seen without its holder.
-        let staged = dir.join(format!("{}.{token}.staged", file_name(&path)));
-        let io = |e| WorldError::io("taking a recovery lock", Some(path.clone()), e);
-        let placed = fs::create_dir(&staged)
-            .and_then(|()| {
-                let body = serde_json::to_vec(&Owner::me(&token)).expect("owner serializes");
-                fs::write(staged.join(&token), body)
-            })
-            .map_err(io)
-            .and_then(|()| place(&staged, &path).map_err(io));
-        if !matches!(placed, Ok(true)) {
-            let _ = fs::remove_dir_all(&staged);
-        }
-        Ok(placed?.then(|| RecoveryLock {
-            dir: dir.to_path_buf(),
-            path,
-            token,
-        }))
+    /// Take the recovery lock of `lock_dir`; `None` while a live taker holds it.
+    fn take(lock_dir: &Path) -> Result<Option<RecoveryLock>> {
+        let path = lock_dir.with_extension("recovery-lock");
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| WorldError::io("taking a recovery lock", Some(path.clone()), e))?;
+        Ok(match process::try_lock(&file) {
+            Some(true) => Some(RecoveryLock { _file: Some(file) }),
+            Some(false) => None,
+            None => Some(RecoveryLock { _file: None }),
+        })
     }
-}
-
-impl Drop for RecoveryLock {
-    fn drop(&mut self) {
-        // Nobody breaks a live holder's recovery lock, so the directory is still ours: rename it
-        // aside whole, then delete it.
-        let aside = self
-            .dir
-            .join(format!("{}.{}.removed", file_name(&self.path), self.token));
-        if fs::rename(&self.path, &aside).is_ok() {
-            let _ = fs::remove_dir_all(&aside);
-        } else {
-            let _ = fs::remove_file(self.path.join(&self.token));
-            let _ = fs::remove_dir(&self.path);
-        }
-    }
-}
-
-/// Rename `staged` into place as the recovery lock `path`: `false` while a live taker holds it.
-fn place(staged: &Path, path: &Path) -> std::io::Result<bool> {
-    for _ in 0..ROUNDS {
-        // Look first: a rename onto an empty directory replaces it, and an empty one may be a live
-        // holder's of an older version.
-        match recovery_holder(path) {
-            RecoveryHolder::Free => match fs::rename(staged, path) {
-                Ok(()) => return Ok(true),
-                Err(_) if path.exists() => {} // another taker placed theirs first: look again
-                Err(e) => return Err(e),
-            },
-            RecoveryHolder::Live => return Ok(false),
-            RecoveryHolder::Stale(file) => {
-                hook("recovery.breaking").map_err(std::io::Error::other)?;
-                break_stale(path, file.as_deref());
-            }
-        }
-    }
-    Ok(false)
-}
-
-/// Who holds the recovery lock at `path`.
-fn recovery_holder(path: &Path) -> RecoveryHolder {
-    let entries: Vec<OsString> = match fs::read_dir(path) {
-        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect(),
-        Err(e) if e.kind() == ErrorKind::NotFound => return RecoveryHolder::Free,
-        Err(_) => return RecoveryHolder::Live,
-    };
-    let old = age(path).is_none_or(|a| a > OWNER_GRACE);
-    match entries.as_slice() {
-        [] if old => RecoveryHolder::Stale(None),
-        [file] => {
-            let holder = fs::read(path.join(file))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Owner>(&b).ok());
-            match holder {
-                // Recovery happens under the lock directory's gate, so a recovery lock of this
-                // process seen here is a leftover (one whose removal failed), not a live one.
-                Some(o) if o.pid != std::process::id() && o.running(&path.join(file)) => RecoveryHolder::Live,
-                Some(_) => RecoveryHolder::Stale(Some(file.clone())),
-                None if old => RecoveryHolder::Stale(Some(file.clone())),
-                None => RecoveryHolder::Live,
-            }
-        }
-        // Empty and fresh: a holder of an older version. Several entries: not one this version
-        // makes, left alone.
-        _ => RecoveryHolder::Live,
-    }
-}
-
-/// Break a recovery lock whose holder is gone: delete that holder's file (which fails if another
-/// taker broke it first), then the directory (which fails unless it is empty, and a live holder's
-/// never is). Either way no live holder's recovery lock is removed.
-fn break_stale(path: &Path, file: Option<&OsStr>) {
-    if let Some(file) = file {
-        if fs::remove_file(path.join(file)).is_err() {
-            return;
-        }
-    }
-    let _ = fs::remove_dir(path);
 }
 
 fn file_name(path: &Path) -> &str {
@@ -682,20 +616,6 @@ mod tests {
         dir
     }
 
-    /// A recovery lock as this version makes it, held by `pid`.
-    fn recovery_lock(lock_dir: &Path, pid: u32, token: &str) -> PathBuf {
-        let path = lock_dir.with_extension("recovery");
-        fs::create_dir(&path).unwrap();
-        let owner = Owner {
-            pid,
-            token: token.into(),
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-            flock: false,
-        };
-        fs::write(path.join(token), serde_json::to_vec(&owner).unwrap()).unwrap();
-        path
-    }
-
     fn backdate(path: &Path, by: Duration) {
         let t = SystemTime::now() - by;
         fs::File::open(path).unwrap().set_modified(t).unwrap();
@@ -709,12 +629,13 @@ mod tests {
         HOOK.with(|h| *h.borrow_mut() = None);
     }
 
-    /// The entries of the locks directory other than lock directories themselves.
+    /// The entries of the locks directory other than lock directories themselves and the
+    /// recovery-lock files (kept for good, by design).
     fn leftovers(data: &Path) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(data.join("locks"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.contains('.'))
+            .filter(|n| n.contains('.') && !n.ends_with(".recovery-lock"))
             .collect();
         names.sort();
         names
@@ -843,18 +764,19 @@ mod tests {
         assert!(!lock_dir(dir.path(), "run:run_restarted").exists());
     }
 
-    /// A `.recovery` directory used to make `try_take` recurse without end (a stack overflow that
-    /// aborted the process). Someone else's recovery now counts as holding the lock.
+    /// Someone else's recovery counts as holding the lock: the taker waits for it as usual.
+    /// (A `.recovery` directory once made `try_take` recurse without end.)
     #[test]
     fn a_lock_another_taker_is_recovering_counts_as_held() {
         let dir = tempfile::tempdir().unwrap();
         let locks = Locks::local(dir.path()).unwrap();
         let name = "run:run_r";
         let lock = dead_lock(dir.path(), name);
-
-        // A fresh empty recovery directory (as older versions make): a live recoverer.
-        let recovery = lock.with_extension("recovery");
-        fs::create_dir(&recovery).unwrap();
+        // Another taker recovering it holds the flock on its recovery-lock file.
+        let recovering = fs::File::create(lock.with_extension("recovery-lock")).unwrap();
+        if !process::lock_for_life(&recovering) {
+            return; // no flock on this file system
+        }
         let err = locks.acquire(name, Duration::ZERO).unwrap_err();
         assert_eq!(err.code(), "RUN_LOCKED");
         assert!(
@@ -866,81 +788,68 @@ mod tests {
         let err = locks.acquire(name, Duration::from_millis(120)).unwrap_err();
         assert_eq!(err.code(), "RUN_LOCKED");
         assert!(started.elapsed() >= Duration::from_millis(120));
-        // Left by a recoverer that crashed: broken after the grace.
-        backdate(&recovery, OWNER_GRACE + Duration::from_secs(1));
+        drop(recovering);
         let held = locks.acquire(name, Duration::ZERO).unwrap();
         assert_ne!(held.token, "lck_dead");
-        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
+    /// A recoverer killed mid-recovery leaves its recovery-lock file unlocked: it blocks nobody,
+    /// whatever its pid was (pid 1 exists in every container, and used to keep such a lock "live"
+    /// forever). Recovery directories of earlier versions are not looked at.
     #[test]
-    fn a_recovery_lock_is_broken_when_its_holder_is_gone_and_never_while_it_lives() {
+    fn a_recovery_lock_left_by_a_killed_recoverer_blocks_nobody() {
         let dir = tempfile::tempdir().unwrap();
         let locks = Locks::local(dir.path()).unwrap();
-
-        // Held by a process that is gone (SIGKILLed mid-recovery): broken at once.
         let lock = dead_lock(dir.path(), "run:run_k");
-        recovery_lock(&lock, DEAD_PID, "lck_killed");
+        fs::write(lock.with_extension("recovery-lock"), b"").unwrap();
+        let old_format = lock.with_extension("recovery");
+        fs::create_dir(&old_format).unwrap();
+        let pid1 = Owner {
+            pid: 1,
+            ..Owner::me("lck_old")
+        };
+        fs::write(old_format.join("lck_old"), serde_json::to_vec(&pid1).unwrap()).unwrap();
         locks.acquire("run:run_k", Duration::ZERO).unwrap();
-        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
-
-        // Held by a live process (pid 1 always is), however long: the lock counts as held.
-        let lock = dead_lock(dir.path(), "run:run_l");
-        let recovery = recovery_lock(&lock, 1, "lck_live");
-        backdate(&recovery, OWNER_GRACE + Duration::from_secs(1));
-        let err = locks.acquire("run:run_l", Duration::ZERO).unwrap_err();
-        assert_eq!(err.code(), "RUN_LOCKED");
-        assert!(recovery.join("lck_live").exists());
     }
 
-    /// Two takers see the same dead recoverer: the one that breaks its lock second must not
-    /// remove the recovery lock the first one has placed meanwhile.
+    /// A taker that stalls past the grace while it writes its owner file (a paused container)
+    /// holds the flock on that file: it is not taken for gone. And one whose lock was recovered
+    /// meanwhile gives up without touching the next taker's lock.
+    #[cfg(unix)]
     #[test]
-    fn breaking_a_dead_recoverers_lock_never_removes_a_live_ones() {
+    fn a_taker_stalled_while_writing_its_owner_keeps_or_cleanly_loses_the_lock() {
         let dir = tempfile::tempdir().unwrap();
         let locks = Locks::local(dir.path()).unwrap();
-        for (case, token) in [("dead holder", Some("lck_killed")), ("old empty", None)] {
-            let name = format!("run:run_{}", case.replace(' ', "_"));
-            let lock = dead_lock(dir.path(), &name);
-            let recovery = match token {
-                Some(t) => recovery_lock(&lock, DEAD_PID, t),
-                None => {
-                    let r = lock.with_extension("recovery");
-                    fs::create_dir(&r).unwrap();
-                    backdate(&r, OWNER_GRACE + Duration::from_secs(1));
-                    r
-                }
-            };
-            // Between our look and our break, another process breaks it and places its own.
-            let r = recovery.clone();
-            set_hook(move |step| {
-                if step == "recovery.breaking" && !r.join("lck_other").exists() {
-                    if let Some(t) = token {
-                        fs::remove_file(r.join(t))?;
-                    }
-                    fs::remove_dir(&r)?;
-                    let other = Owner {
-                        pid: 1,
-                        token: "lck_other".into(),
-                        created_at: "2026-01-01T00:00:00.000Z".into(),
-                        flock: false,
-                    };
-                    let staged = r.with_extension("staged");
-                    fs::create_dir(&staged)?;
-                    fs::write(staged.join("lck_other"), serde_json::to_vec(&other).unwrap())?;
-                    fs::rename(&staged, &r)?;
-                }
-                Ok(())
-            });
-            let err = locks.acquire(&name, Duration::ZERO).unwrap_err();
-            clear_hook();
-            assert_eq!(err.code(), "RUN_LOCKED", "{case}");
-            assert!(
-                recovery.join("lck_other").exists(),
-                "{case}: the live recovery lock was removed"
-            );
-            assert!(lock.join("owner.json").exists(), "{case}");
-        }
+        let writing = lock_dir(dir.path(), "run:run_w");
+        fs::create_dir(&writing).unwrap();
+        let tmp = fs::File::create(writing.join("owner.json.tmp")).unwrap();
+        assert!(process::lock_for_life(&tmp));
+        backdate(&writing, OWNER_GRACE * 2);
+        let err = locks.acquire("run:run_w", Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("writing its owner file"), "{err}");
+        drop(tmp);
+        locks.acquire("run:run_w", Duration::ZERO).unwrap();
+
+        // Stalled, and recovered meanwhile: the path now names the next taker's directory.
+        let next = lock_dir(dir.path(), "run:run_s");
+        let moved = dir.path().join("locks").join("moved-aside");
+        let (next_hook, moved_hook) = (next.clone(), moved.clone());
+        set_hook(move |step| {
+            if step == "owner.write" {
+                fs::rename(&next_hook, &moved_hook)?;
+                fs::create_dir(&next_hook)?;
+                fs::write(
+                    next_hook.join("owner.json"),
+                    b"{\"pid\":1,\"token\":\"lck_next\",\"createdAt\":\"x\"}",
+                )?;
+            }
+            Ok(())
+        });
+        let err = locks.acquire("run:run_s", Duration::ZERO).unwrap_err();
+        clear_hook();
+        assert!(err.to_string().contains("recovered by another taker"), "{err}");
+        let kept: Owner = serde_json::from_slice(&fs::read(next.join("owner.json")).unwrap()).unwrap();
+        assert_eq!(kept.token, "lck_next");
     }
 
     /// Two releases of one lock at once (double release is a no-op, so callers may do it): the

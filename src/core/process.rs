@@ -30,19 +30,29 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Take an exclusive `flock` on `file`, held for as long as this open file stays open (dropping
-/// the `File` lets go, and so does the end of the process). `false` where the file system has
-/// none. Each `open` is its own holder, so two opens in one process exclude each other too.
+/// the `File` lets go, and so does the end of the process). `false` when it is not taken. Each
+/// `open` is its own holder, so two opens in one process exclude each other too.
 pub fn lock_for_life(file: &File) -> bool {
+    try_lock(file) == Some(true)
+}
+
+/// [`lock_for_life`], telling why not: `Some(false)` while another open file holds the lock,
+/// `None` where the file system has no flock.
+pub fn try_lock(file: &File) -> Option<bool> {
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;
         // SAFETY: flock on a descriptor this `File` owns.
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Some(true);
+        }
+        let e = std::io::Error::last_os_error();
+        (e.raw_os_error() == Some(libc::EWOULDBLOCK)).then_some(false)
     }
     #[cfg(not(unix))]
     {
         let _ = file;
-        false
+        None
     }
 }
 

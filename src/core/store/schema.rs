@@ -50,24 +50,14 @@ const MIGRATIONS: &[&str] = &[
     // 3: what each stream has committed and not released of each model's budget estimates (seed
     // 004, ADR-0074), so an append can refuse a release of more than that, which the cost restore
     // would read as a damaged log, without a scan. Only the open amount is kept: the checks keep it
-    // within 0 ..= 2^53 - 1, where gross sums could overflow. Rows stored before are summed in (in
-    // floating point, which cannot overflow; a legacy over-release counts as nothing open).
+    // within 0 ..= 2^53 - 1, where gross sums could overflow. Rows stored before are summed in by
+    // [`backfill_estimates`].
     "CREATE TABLE estimates (
         run_id TEXT    NOT NULL,
         model  TEXT    NOT NULL,
         open   INTEGER NOT NULL,
         PRIMARY KEY (run_id, model)
-    ) WITHOUT ROWID;
-    INSERT INTO estimates (run_id, model, open)
-        SELECT run_id, coalesce(json_extract(envelope, '$.payload.model'), ''),
-               CAST(min(9007199254740991, max(0,
-                   total(CASE WHEN type = 'budget:estimate_committed'
-                              THEN json_extract(envelope, '$.payload.estimateMicrocents') END)
-                 - total(CASE WHEN type = 'budget:estimate_released'
-                              THEN json_extract(envelope, '$.payload.releasedMicrocents') END))) AS INTEGER)
-        FROM events
-        WHERE type IN ('budget:estimate_committed', 'budget:estimate_released')
-        GROUP BY 1, 2;",
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.
@@ -122,12 +112,49 @@ pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
             continue; // another process migrated meanwhile; the transaction rolls back on drop
         }
         tx.execute_batch(sql)
+            .and_then(|()| if target == 3 { backfill_estimates(&tx) } else { Ok(()) })
             .map_err(|e| WorldError::sqlite(format!("migrating to schema {target}"), e))?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)
             .and_then(|_| tx.pragma_update(None, "user_version", target))
             .map_err(|e| WorldError::sqlite("recording the schema version", e))?;
         tx.commit()
             .map_err(|e| WorldError::sqlite(format!("committing schema {target}"), e))?;
+    }
+    Ok(())
+}
+
+/// Fill `estimates` from the budget-estimate rows already stored: each stream's and model's
+/// commitments less its releases, summed exactly (gross sums can pass what an i64, or a double
+/// exactly, holds), and clamped to 0 ..= 2^53 - 1 (a legacy over-release leaves nothing open).
+fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::types::Value;
+    let amount = |v: Value| match v {
+        Value::Integer(i) => i128::from(i),
+        Value::Real(f) if f.is_finite() => f as i128,
+        _ => 0,
+    };
+    let mut open: std::collections::BTreeMap<(String, String), i128> = Default::default();
+    let mut rows = conn.prepare(
+        "SELECT run_id, type, json_extract(envelope, '$.payload.model'),
+                json_extract(envelope, '$.payload.estimateMicrocents'),
+                json_extract(envelope, '$.payload.releasedMicrocents')
+         FROM events WHERE type IN ('budget:estimate_committed', 'budget:estimate_released')",
+    )?;
+    let mut cursor = rows.query([])?;
+    while let Some(row) = cursor.next()? {
+        let model = match row.get::<_, Value>(2)? {
+            Value::Text(t) => t,
+            _ => String::new(),
+        };
+        let delta = match row.get::<_, String>(1)?.as_str() {
+            "budget:estimate_committed" => amount(row.get(3)?),
+            _ => -amount(row.get(4)?),
+        };
+        *open.entry((row.get(0)?, model)).or_default() += delta;
+    }
+    let mut insert = conn.prepare("INSERT INTO estimates (run_id, model, open) VALUES (?1, ?2, ?3)")?;
+    for ((run, model), sum) in open {
+        insert.execute(rusqlite::params![run, model, sum.clamp(0, (1 << 53) - 1) as i64])?;
     }
     Ok(())
 }
