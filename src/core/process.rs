@@ -39,11 +39,26 @@ pub fn lock_for_life(file: &File) -> bool {
 /// [`lock_for_life`], telling why not: `Some(false)` while another open file holds the lock,
 /// `None` where the file system has no flock.
 pub fn try_lock(file: &File) -> Option<bool> {
+    flock_now(file, true)
+}
+
+/// Whether some open file holds an `flock` on `path` right now: `None` when that cannot be told
+/// (the file is gone, or the file system has no flock).
+pub fn is_locked(path: &Path) -> Option<bool> {
+    // A shared lock is refused only while someone holds the exclusive one; taking it for a moment
+    // blocks no other looker. It goes when the file is dropped, at the end of this call.
+    flock_now(&File::open(path).ok()?, false).map(|taken| !taken)
+}
+
+/// Try an exclusive (or shared) `flock` on `file` without waiting: `Some(true)` when taken,
+/// `Some(false)` when another open file holds a conflicting one, `None` when there is no flock.
+fn flock_now(file: &File, exclusive: bool) -> Option<bool> {
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;
+        let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
         // SAFETY: flock on a descriptor this `File` owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
             return Some(true);
         }
         let e = std::io::Error::last_os_error();
@@ -51,30 +66,7 @@ pub fn try_lock(file: &File) -> Option<bool> {
     }
     #[cfg(not(unix))]
     {
-        let _ = file;
-        None
-    }
-}
-
-/// Whether some open file holds an `flock` on `path` right now: `None` when that cannot be told
-/// (the file is gone, or the file system has no flock).
-pub fn is_locked(path: &Path) -> Option<bool> {
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsRawFd;
-        let file = File::open(path).ok()?;
-        // A shared lock is refused only while someone holds the exclusive one; taking it for a
-        // moment blocks no other looker. It goes when `file` is dropped.
-        // SAFETY: flock on a descriptor `file` owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
-            return Some(false);
-        }
-        let e = std::io::Error::last_os_error();
-        (e.raw_os_error() == Some(libc::EWOULDBLOCK)).then_some(true)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
+        let _ = (file, exclusive);
         None
     }
 }
