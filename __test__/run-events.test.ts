@@ -225,8 +225,8 @@ describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
     expect(await rejection(appendRunEvent(world, 'run_deep', started(999)))).toBeInstanceOf(EventValidationError);
     await appendRunEvent(world, 'run_deep', started(998));
     const want = JSON.stringify(started(998).inputs);
-    for (const read of [listRunEvents(world, 'run_deep'), loadRunEventLogForReplay(world, 'run_deep')]) {
-      const [e] = await read;
+    for (const read of [() => listRunEvents(world, 'run_deep'), () => loadRunEventLogForReplay(world, 'run_deep')]) {
+      const [e] = await read();
       expect(JSON.stringify((e as unknown as { inputs: unknown }).inputs)).toBe(want);
     }
     const events = await loadRunEventLogForReplay(world, 'run_deep');
@@ -494,8 +494,9 @@ describe('reading run-event logs written by a newer writer', () => {
 
     // A known type whose body does not parse is corruption, on both reads.
     insertRaw(dataDir, 'run_broken', 'node:started', { nodeType: 'agent' });
-    for (const read of [listRunEvents(world, 'run_broken'), loadRunEventLogForReplay(world, 'run_broken')]) {
-      const err = await rejection(read);
+    // One read at a time: a second read made up front could reject before anyone awaits it.
+    for (const read of [() => listRunEvents(world, 'run_broken'), () => loadRunEventLogForReplay(world, 'run_broken')]) {
+      const err = await rejection(read());
       expect(err).toBeInstanceOf(EventLogCorruptError);
       expect(err.sequence).toBe(1);
     }
