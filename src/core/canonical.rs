@@ -44,9 +44,7 @@ pub fn parse(text: &str) -> Result<Value, ParseError> {
 /// a stored envelope around its payload (1), a list of envelopes (2), a materialized state around
 /// a step's output (3).
 pub fn parse_around(text: &str, around: usize) -> Result<Value, ParseError> {
-    if nesting_depth(text.as_bytes()) > MAX_DEPTH + around {
-        return Err(ParseError::TooDeep);
-    }
+    check_depth(text, around)?;
     let mut de = serde_json::Deserializer::from_str(text);
     de.disable_recursion_limit();
     let value = serde::Deserialize::deserialize(&mut de).map_err(|e| ParseError::Invalid(e.to_string()))?;
@@ -56,7 +54,16 @@ pub fn parse_around(text: &str, around: usize) -> Result<Value, ParseError> {
 
 /// Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Inside a string it
 /// jumps from quote or backslash to the next with `memchr`, so long strings cost little.
-pub fn nesting_depth(bytes: &[u8]) -> usize {
+/// Refuse `text` (as [`parse_around`] would) if it nests deeper than [`MAX_DEPTH`] + `around`,
+/// without parsing it.
+pub fn check_depth(text: &str, around: usize) -> Result<(), ParseError> {
+    match nesting_depth(text.as_bytes()) > MAX_DEPTH + around {
+        true => Err(ParseError::TooDeep),
+        false => Ok(()),
+    }
+}
+
+fn nesting_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
     let mut i = 0;
     while i < bytes.len() {

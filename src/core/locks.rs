@@ -399,7 +399,8 @@ fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::Fi
     // The directory this taker made: should it stall past the grace (a paused container), others
     // recover the lock and the path names a later taker's directory, which is not to be removed.
     let made = dir_id(lock_dir);
-    let still_mine = || match dir_id(lock_dir) == made {
+    let mine = || made.is_some() && dir_id(lock_dir) == made;
+    let still_mine = || match mine() {
         true => Ok(()),
         false => Err(io(std::io::Error::other(
             "the lock was recovered by another taker while this one stalled",
@@ -422,7 +423,7 @@ fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::Fi
         sync_dir(dir)?;
         Ok(flock.then_some(file))
     });
-    if result.is_err() && made.is_some() && dir_id(lock_dir) == made {
+    if result.is_err() && mine() {
         let _ = remove_aside(dir, lock_dir, "untaken");
     }
     result

@@ -89,14 +89,10 @@ pub struct Estimate {
 
 /// The estimate an event of type `t` commits or releases; `root` is how errors name the payload.
 fn estimate_of(t: &str, payload: &Map<String, Value>, root: &str) -> Option<Estimate> {
-    let (field, released) = match t {
-        "budget:estimate_committed" => ("estimateMicrocents", false),
-        "budget:estimate_released" => ("releasedMicrocents", true),
-        _ => return None,
-    };
+    let (model, field, amount, released) = run_events::estimate_of(t, payload)?;
     Some(Estimate {
-        model: payload.get("model")?.as_str()?.to_string(),
-        amount: payload.get(field)?.as_u64()?,
+        model: model.to_string(),
+        amount,
         released,
         at: format!("{root}.{field}"),
     })

@@ -28,9 +28,6 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
-/// The largest integer a JavaScript number holds exactly.
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
-
 /// Token and cost totals of a scope (a run, a step, a model).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -457,7 +454,8 @@ impl<'p> Fold<'p> {
         // Sums are exact: the run's totals (of which every other usage is a part) stay within
         // what a JavaScript number holds exactly.
         let run = &self.usage;
-        let exceeds = |sum: u64, add: u64| sum.checked_add(add).is_none_or(|s| s > MAX_SAFE_INTEGER);
+        let max = crate::core::events::known::MAX_SAFE_INTEGER as u64;
+        let exceeds = |sum: u64, add: u64| sum.checked_add(add).is_none_or(|s| s > max);
         if exceeds(run.input_tokens, tokens.input)
             || exceeds(run.output_tokens, tokens.output)
             || exceeds(run.cached_input_tokens, tokens.cached)
@@ -636,16 +634,11 @@ fn is_folded(t: &str) -> bool {
 pub fn fold_events_json(run_id: &str, events_json: &str, pricing: &Pricing) -> Result<String> {
     ids::check_stream_id(run_id)?;
     // An envelope's payload may nest 1,000 levels, inside the envelope and the array.
-    if canonical::nesting_depth(events_json.as_bytes()) > canonical::MAX_DEPTH + 2 {
-        return Err(WorldError::EventLogCorrupt {
-            run_id: Some(run_id.to_string()),
-            sequence: None,
-            reason: format!(
-                "an envelope's payload is nested deeper than {} levels",
-                canonical::MAX_DEPTH
-            ),
-        });
-    }
+    canonical::check_depth(events_json, 2).map_err(|e| WorldError::EventLogCorrupt {
+        run_id: Some(run_id.to_string()),
+        sequence: None,
+        reason: format!("an envelope's payload {e}"),
+    })?;
     let events: Vec<&RawValue> = serde_json::from_str(events_json).map_err(|e| WorldError::EventLogCorrupt {
         run_id: Some(run_id.to_string()),
         sequence: None,

@@ -22,7 +22,7 @@
 //! Every figure is a max or a sum, so the result does not depend on the order of the rows.
 
 use super::log::{corrupt, read_run_events, Row};
-use super::schema::{count, int};
+use super::schema::count;
 use crate::core::error::Result;
 use crate::core::events::known::MAX_SAFE_INTEGER;
 use serde_json::{json, Value};
@@ -92,11 +92,11 @@ pub(super) fn restore_rows(rows: &[Row<'_>]) -> Result<CostRestore> {
         if let Some(total) = absolute_total(row) {
             out.realized_microcents = out.realized_microcents.max(total);
         }
-        let model = || row.fields.get("model").and_then(Value::as_str).unwrap_or_default();
-        let amount = |f: &str| u128::from(int(row.fields, f));
+        if let Some((model, _, amount, is_release)) = super::estimate_of(row.t, row.fields) {
+            let bucket = if is_release { &mut released } else { &mut committed };
+            *bucket.entry(model).or_default() += u128::from(amount);
+        }
         match row.t {
-            "budget:estimate_committed" => *committed.entry(model()).or_default() += amount("estimateMicrocents"),
-            "budget:estimate_released" => *released.entry(model()).or_default() += amount("releasedMicrocents"),
             "cost:attempt_settled" if row.fields.get("priced") == Some(&Value::Bool(false)) => {
                 out.unpriced_attempts += 1;
             }

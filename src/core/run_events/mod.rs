@@ -102,6 +102,23 @@ pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> R
     refine::on_write(t, fields)
 }
 
+/// A budget estimate (ADR-0074) that an event of type `t` commits or releases: its model, its
+/// amount field and that amount, and whether it releases. `None` for any other type, or fields
+/// that are not there.
+pub fn estimate_of<'m>(t: &str, fields: &'m Map<String, Value>) -> Option<(&'m str, &'static str, u64, bool)> {
+    let (field, released) = match t {
+        "budget:estimate_committed" => ("estimateMicrocents", false),
+        "budget:estimate_released" => ("releasedMicrocents", true),
+        _ => return None,
+    };
+    Some((
+        fields.get("model")?.as_str()?,
+        field,
+        schema::count(fields, field)?,
+        released,
+    ))
+}
+
 /// Whether an unknown type may be named in an error: only when it reads as a type name. A
 /// credential pasted into one (`node:x_sk-ant-…`) is not always at a place the screen looks.
 fn reads_as_type_name(t: &str) -> bool {

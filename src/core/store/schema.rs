@@ -127,34 +127,31 @@ pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
 /// commitments less its releases, summed exactly (gross sums can pass what an i64, or a double
 /// exactly, holds), and clamped to 0 ..= 2^53 - 1 (a legacy over-release leaves nothing open).
 fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
-    use rusqlite::types::Value;
-    let amount = |v: Value| match v {
-        Value::Integer(i) => i128::from(i),
-        Value::Real(f) if f.is_finite() => f as i128,
-        _ => 0,
-    };
+    use crate::core::run_events;
     let mut open: std::collections::BTreeMap<(String, String), i128> = Default::default();
     let mut rows = conn.prepare(
-        "SELECT run_id, type, json_extract(envelope, '$.payload.model'),
-                json_extract(envelope, '$.payload.estimateMicrocents'),
-                json_extract(envelope, '$.payload.releasedMicrocents')
-         FROM events WHERE type IN ('budget:estimate_committed', 'budget:estimate_released')",
+        "SELECT run_id, type, json_extract(envelope, '$.payload') FROM events
+         WHERE type IN ('budget:estimate_committed', 'budget:estimate_released')",
     )?;
     let mut cursor = rows.query([])?;
     while let Some(row) = cursor.next()? {
-        let model = match row.get::<_, Value>(2)? {
-            Value::Text(t) => t,
-            _ => String::new(),
+        let (t, payload): (String, String) = (row.get(1)?, row.get(2)?);
+        let Ok(serde_json::Value::Object(fields)) = crate::core::canonical::parse(&payload) else {
+            continue;
         };
-        let delta = match row.get::<_, String>(1)?.as_str() {
-            "budget:estimate_committed" => amount(row.get(3)?),
-            _ => -amount(row.get(4)?),
-        };
-        *open.entry((row.get(0)?, model)).or_default() += delta;
+        if let Some((model, _, amount, released)) = run_events::estimate_of(&t, &fields) {
+            let delta = if released {
+                -i128::from(amount)
+            } else {
+                i128::from(amount)
+            };
+            *open.entry((row.get(0)?, model.to_string())).or_default() += delta;
+        }
     }
+    let max = crate::core::events::known::MAX_SAFE_INTEGER as i128;
     let mut insert = conn.prepare("INSERT INTO estimates (run_id, model, open) VALUES (?1, ?2, ?3)")?;
     for ((run, model), sum) in open {
-        insert.execute(rusqlite::params![run, model, sum.clamp(0, (1 << 53) - 1) as i64])?;
+        insert.execute(rusqlite::params![run, model, sum.clamp(0, max) as i64])?;
     }
     Ok(())
 }
