@@ -14,8 +14,11 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  * threads settles; none of them runs on the libuv pool.
  */
 export declare class NativeWorld {
-  /** Open (creating if needed) the local world at `dataDir`. */
-  static openLocal(dataDir: string, durabilityName: string, pricingJson?: string | undefined | null): NativeWorld
+  /**
+   * Open (creating if needed) the local world at `dataDir`; with `readOnly`, open the existing
+   * world there for reading only.
+   */
+  static openLocal(dataDir: string, durabilityName: string, pricingJson?: string | undefined | null, readOnly?: boolean | undefined | null): NativeWorld
   /** Open a fresh in-memory world. */
   static openVirtual(pricingJson?: string | undefined | null): NativeWorld
   /** `"local"` or `"virtual"`. */

@@ -286,6 +286,15 @@ export interface LocalWorldOptions {
   durability?: Durability;
   /** Prices merged over the bundled registry, model by model. */
   pricing?: PricingRegistry;
+  /**
+   * Open the world already at `dataDir` for reading only (default `false`). Nothing in the
+   * directory is created, upgraded or cleaned up (SQLite may add the `-shm` and an empty `-wal`
+   * file any reader of its WAL needs), so a world written by an earlier version of this package
+   * stays openable by that version. Every write (appends, artifacts, locks,
+   * outer-loop manifests) rejects with `WorldPathError`; reads and `subscribe` see what other
+   * worlds commit. Opening fails with `WorldPathError` when no world is there.
+   */
+  readOnly?: boolean;
 }
 
 /** Options of {@link virtualWorld}. */
@@ -340,7 +349,10 @@ function options<T extends object>(value: T | undefined, name: string): Partial<
   return value;
 }
 
-/** Open (creating if needed) a world on disk: SQLite in WAL mode plus artifact files. */
+/**
+ * Open (creating if needed) a world on disk: SQLite in WAL mode plus artifact files. With
+ * `readOnly`, open an existing one for reading only.
+ */
 export function localWorld(opts?: LocalWorldOptions): World {
   const o = options(opts, 'localWorld options');
   const dataDir = o.dataDir ?? join(process.cwd(), '.little-workflow');
@@ -349,7 +361,9 @@ export function localWorld(opts?: LocalWorldOptions): World {
   }
   const durability = o.durability ?? 'full';
   const pricing = pricingText(o.pricing);
-  return new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability, pricing)));
+  const readOnly = o.readOnly ?? false;
+  if (typeof readOnly !== 'boolean') invalid('readOnly', 'must be a boolean');
+  return new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability, pricing, readOnly)));
 }
 
 /** Open a fresh world in memory: the same rules, nothing on disk. */

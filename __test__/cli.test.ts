@@ -131,6 +131,21 @@ describe('little', () => {
     }
   });
 
+  it('only looks: a world an earlier version wrote keeps its schema, so that version still opens it', async () => {
+    const { dataDir } = await seededWorld();
+    const db = new Database(join(dataDir, 'events', 'events.db'));
+    db.exec('DROP TABLE estimates');
+    db.pragma('user_version = 2');
+    db.close();
+    for (const args of [['runs'], ['events', 'run_cli'], ['replay', 'run_cli'], ['verify']]) {
+      const r = little(...args, '--data-dir', dataDir);
+      expect(r.code, `${args[0]}: ${r.stderr}`).toBe(0);
+    }
+    const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
+    expect(check.pragma('user_version', { simple: true })).toBe(2);
+    check.close();
+  });
+
   it('says so, exiting 1, when a run id names no run (a typo is not an empty run)', async () => {
     const { dataDir } = await seededWorld();
     for (const cmd of ['events', 'replay', 'verify']) {

@@ -63,7 +63,7 @@ function openWorld(lib, dataDir) {
   if (!existsSync(join(dir, 'events', 'events.db'))) {
     throw new UsageError(`no world at ${dir} (use --data-dir to point at one)`);
   }
-  return lib.localWorld({ dataDir: dir, durability: 'normal' });
+  return lib.localWorld({ dataDir: dir, readOnly: true });
 }
 
 function runIdArg(positionals, required) {

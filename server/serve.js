@@ -164,7 +164,7 @@ async function main(argv) {
   const dataDir = resolve(parsed.values['data-dir'] ?? '.little-workflow');
   if (!existsSync(join(dataDir, 'events', 'events.db'))) throw new UsageError(`no world at ${dataDir} (use --data-dir to point at one)`);
   const lib = require('..');
-  const world = lib.localWorld({ dataDir, durability: 'normal' });
+  const world = lib.localWorld({ dataDir, readOnly: true });
   const server = createServer(lib, world);
   await new Promise((res, rej) => server.once('error', rej).listen(port, host, res));
   const addr = server.address();

@@ -211,23 +211,31 @@ enum Backend {
 impl ArtifactStore {
     /// The artifact store of a local world; removes temporary files whose writer is gone.
     pub fn local(data_dir: &Path) -> Result<Self> {
+        let store = Self::local_read_only(data_dir);
+        if let Backend::Local { dir, blobs } = &store.backend {
+            create_dir_synced(blobs, "the artifacts directory")?;
+            for d in [dir, blobs] {
+                remove_stale_tmp(d);
+            }
+        }
+        Ok(store)
+    }
+
+    /// The artifact store of a world opened for reading only: nothing is created or cleaned up.
+    pub fn local_read_only(data_dir: &Path) -> Self {
         let dir = data_dir.join("artifacts");
         let blobs = dir.join("blobs");
-        create_dir_synced(&blobs, "the artifacts directory")?;
-        for d in [&dir, &blobs] {
-            remove_stale_tmp(d);
-        }
-        Ok(ArtifactStore {
-            backend: Backend::Local { dir, blobs },
-            writing: Mutex::new(HashSet::new()),
-            turn_over: Condvar::new(),
-        })
+        Self::with(Backend::Local { dir, blobs })
     }
 
     /// An in-memory artifact store.
     pub fn memory() -> Self {
+        Self::with(Backend::Memory(Mutex::new(HashMap::new())))
+    }
+
+    fn with(backend: Backend) -> Self {
         ArtifactStore {
-            backend: Backend::Memory(Mutex::new(HashMap::new())),
+            backend,
             writing: Mutex::new(HashSet::new()),
             turn_over: Condvar::new(),
         }

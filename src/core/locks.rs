@@ -194,6 +194,14 @@ impl Locks {
         Ok(Locks::new(Store::Local { dir }))
     }
 
+    /// The locks of a world opened for reading only, which takes none: nothing is created or
+    /// cleaned up.
+    pub fn local_read_only(data_dir: &Path) -> Locks {
+        Locks::new(Store::Local {
+            dir: data_dir.join("locks"),
+        })
+    }
+
     /// Locks kept in memory, for a virtual world.
     pub fn memory() -> Locks {
         Locks::new(Store::Memory(Mutex::new(HashMap::new())))

@@ -66,6 +66,14 @@ impl OuterLoops {
         Ok(OuterLoops::Local { dir })
     }
 
+    /// The manifests of a world opened for reading only (at its resolved `data_dir`): nothing is
+    /// created or cleaned up.
+    pub fn local_read_only(data_dir: &Path) -> OuterLoops {
+        OuterLoops::Local {
+            dir: data_dir.join("outer-loops"),
+        }
+    }
+
     /// Manifests kept in memory.
     pub fn memory() -> OuterLoops {
         OuterLoops::Memory(Mutex::new(HashMap::new()))

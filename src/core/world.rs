@@ -25,7 +25,7 @@ use crate::core::outer_loop::OuterLoops;
 use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket, THREAD_STACK};
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::sqlite::{self, Durability};
-use crate::core::store::{LogReader, LogWriter};
+use crate::core::store::{LogReader, LogTx, LogWriter};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -98,6 +98,8 @@ pub struct World {
 struct Inner {
     kind: WorldKind,
     data_dir: Option<PathBuf>,
+    /// Opened with [`World::open_local_read_only`]: every write is refused before it starts.
+    read_only: bool,
     closed: AtomicBool,
     submit: Mutex<Option<Submit>>,
     reader: Arc<dyn LogReader>,
@@ -141,7 +143,42 @@ impl World {
         Ok(Self::start(
             WorldKind::Local,
             Some(data_dir),
-            Box::new(writer),
+            Some(Box::new(writer)),
+            Arc::new(reader),
+            stores,
+            pricing,
+            completer,
+        ))
+    }
+
+    /// Open the existing local world at `data_dir` for reading only: nothing in the directory is
+    /// created, upgraded, cleaned up or written, and every write fails with `WorldError::Path`.
+    /// For looking at a world another process (or an earlier version) owns.
+    pub fn open_local_read_only(data_dir: &Path, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
+        let data_dir = data_dir.canonicalize().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                WorldError::Path {
+                    message: format!("no world at {}: the directory does not exist", data_dir.display()),
+                }
+            } else {
+                WorldError::io("resolving the data directory", Some(data_dir.to_path_buf()), e)
+            }
+        })?;
+        if !data_dir.is_dir() {
+            return Err(WorldError::Path {
+                message: format!("{} is not a directory", data_dir.display()),
+            });
+        }
+        let reader = sqlite::open_read_only(&data_dir)?;
+        let stores = Stores {
+            artifacts: Arc::new(ArtifactStore::local_read_only(&data_dir)),
+            locks: Locks::local_read_only(&data_dir),
+            outer_loops: OuterLoops::local_read_only(&data_dir),
+        };
+        Ok(Self::start(
+            WorldKind::Local,
+            Some(data_dir),
+            None,
             Arc::new(reader),
             stores,
             pricing,
@@ -160,7 +197,7 @@ impl World {
         Self::start(
             WorldKind::Virtual,
             None,
-            Box::new(log.clone()),
+            Some(Box::new(log.clone())),
             Arc::new(log),
             stores,
             pricing,
@@ -168,15 +205,18 @@ impl World {
         )
     }
 
+    /// Start the world's threads. Without a `writer` the world is read-only.
     fn start(
         kind: WorldKind,
         data_dir: Option<PathBuf>,
-        writer: Box<dyn LogWriter>,
+        writer: Option<Box<dyn LogWriter>>,
         reader: Arc<dyn LogReader>,
         stores: Stores,
         pricing: Pricing,
         completer: Arc<dyn Completer>,
     ) -> World {
+        let read_only = writer.is_none();
+        let writer = writer.unwrap_or_else(|| Box::new(ReadOnlyLog));
         let artifacts = stores.artifacts;
         let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
         let (write_tx, write_rx) = unbounded::<WriteMsg>();
@@ -204,6 +244,7 @@ impl World {
             inner: Arc::new(Inner {
                 kind,
                 data_dir,
+                read_only,
                 closed: AtomicBool::new(false),
                 submit: Mutex::new(Some(Submit {
                     prep: prep_tx,
@@ -254,11 +295,26 @@ impl World {
         }
     }
 
+    /// Refuse `what` (a write) on a world opened read-only.
+    fn ensure_writable(&self, what: &str) -> Result<()> {
+        if !self.inner.read_only {
+            return Ok(());
+        }
+        let at = self
+            .data_dir()
+            .map(|d| format!(" at {}", d.display()))
+            .unwrap_or_default();
+        Err(WorldError::Path {
+            message: format!("{what} needs a writable world, and the world{at} was opened read-only"),
+        })
+    }
+
     /// Queue an append. Errors that need no I/O (a closed world, a malformed run id) return at
     /// once; everything else arrives through the completer under `ticket` with the envelope's
     /// canonical JSON.
     pub fn append(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
         self.ensure_open()?;
+        self.ensure_writable("an append")?;
         match req.draft {
             Some(crate::core::run_events::Stream::Session) => ids::check_session_id(&req.run_id)?,
             _ => ids::check_run_id(&req.run_id)?,
@@ -337,6 +393,8 @@ impl World {
 
     /// Publish an artifact; completes with its manifest's JSON.
     pub fn write_artifact(&self, ticket: Ticket, meta: NewArtifact, data: Data) -> Result<()> {
+        self.ensure_open()?;
+        self.ensure_writable("writing an artifact")?;
         let store = self.inner.artifacts.clone();
         self.run(ticket, move || {
             store.write(meta, data).map(|m| Output::Json(m.to_json()))
@@ -367,6 +425,7 @@ impl World {
     /// own, since it may sleep while it waits.
     pub fn acquire_lock(&self, ticket: Ticket, name: String, wait: std::time::Duration) -> Result<()> {
         self.ensure_open()?;
+        self.ensure_writable("taking a lock")?;
         let locks = self.inner.locks.clone();
         let completer = self.inner.completer.clone();
         spawn("little-world-lock", move || {
@@ -381,6 +440,7 @@ impl World {
     /// Let go of a lock (see [`Locks::release`]). Also on a closed world: its close let go of its
     /// locks, and releasing one again is the no-op a double release is.
     pub fn release_lock(&self, ticket: Ticket, name: String, token: String) -> Result<()> {
+        self.ensure_writable("releasing a lock")?;
         let locks = self.inner.locks.clone();
         Pool::global().run(self.inner.completer.clone(), ticket, move || {
             locks.release(&name, &token).map(|()| Output::Unit)
@@ -399,6 +459,8 @@ impl World {
 
     /// Write an outer-loop manifest.
     pub fn write_outer_loop(&self, ticket: Ticket, manifest_json: String) -> Result<()> {
+        self.ensure_open()?;
+        self.ensure_writable("writing an outer-loop manifest")?;
         let loops = self.inner.outer_loops.clone();
         self.run(ticket, move || loops.write(&manifest_json).map(|()| Output::Unit))
     }
@@ -552,6 +614,18 @@ fn prep_loop(
                 return;
             }
         }
+    }
+}
+
+/// The writer of a read-only world. [`World::append`] refuses before anything reaches it; it
+/// refuses too.
+struct ReadOnlyLog;
+
+impl LogWriter for ReadOnlyLog {
+    fn transaction(&mut self, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+        Err(WorldError::Path {
+            message: "an append needs a writable world, and this one was opened read-only".into(),
+        })
     }
 }
 

@@ -55,18 +55,25 @@ fn count_arg(name: &str, v: Option<f64>) -> Result<Option<u64>, WorldError> {
 
 #[napi]
 impl NativeWorld {
-    /// Open (creating if needed) the local world at `dataDir`.
+    /// Open (creating if needed) the local world at `dataDir`; with `readOnly`, open the existing
+    /// world there for reading only.
     #[napi(factory)]
     pub fn open_local(
         env: Env,
         data_dir: String,
         durability_name: String,
         pricing_json: Option<String>,
+        read_only: Option<bool>,
     ) -> napi::Result<Self> {
         let completer = Arc::new(JsCompleter::new(env.raw())?);
         let opened = durability(&durability_name).and_then(|d| {
             let pricing = Pricing::with_override(pricing_json.as_deref())?;
-            World::open_local(Path::new(&data_dir), d, pricing, completer.clone())
+            let dir = Path::new(&data_dir);
+            if read_only == Some(true) {
+                World::open_local_read_only(dir, pricing, completer.clone())
+            } else {
+                World::open_local(dir, d, pricing, completer.clone())
+            }
         });
         match opened {
             Ok(world) => Ok(NativeWorld { world, completer }),

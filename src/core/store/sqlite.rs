@@ -35,7 +35,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     let dir = data_dir.join("events");
     crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
     let path = dir.join("events.db");
-    let mut conn = connect(&path)?;
+    let mut conn = connect(&path, Access::ReadWrite)?;
     let shown = path.display().to_string();
     schema::check(&conn, &shown)?;
     let mode = enable_wal(&conn)?;
@@ -57,6 +57,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     };
     let reader = SqliteReader {
         path: path.clone(),
+        access: Access::ReadWrite,
         pool: Mutex::new(Vec::new()),
     };
     Ok((
@@ -68,6 +69,30 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
         },
         reader,
     ))
+}
+
+/// Open the event store of `data_dir` for reading only: nothing is created, upgraded or written,
+/// so a world written by an earlier version stays openable by it. The store must hold a world of
+/// this build's schema version or an earlier one (reads use the table every version has).
+pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
+    let path = data_dir.join("events").join("events.db");
+    if !path.is_file() {
+        return Err(WorldError::Path {
+            message: format!("no world at {}: {} does not exist", data_dir.display(), path.display()),
+        });
+    }
+    let reader = SqliteReader {
+        path: path.clone(),
+        access: Access::ReadOnly,
+        pool: Mutex::new(Vec::new()),
+    };
+    let shown = path.display().to_string();
+    if reader.with_conn(|conn| schema::check(conn, &shown))? == 0 {
+        return Err(WorldError::Path {
+            message: format!("{shown} holds no world yet: open it once for writing to create one"),
+        });
+    }
+    Ok(reader)
 }
 
 /// Process-wide SQLite settings, applied once before the first connection: no memory statistics,
@@ -108,9 +133,19 @@ fn enable_wal(conn: &Connection) -> Result<String> {
     }
 }
 
-fn connect(path: &Path) -> Result<Connection> {
+/// Whether a connection may write (and create the database), or only read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
+fn connect(path: &Path, access: Access) -> Result<Connection> {
     configure_sqlite_once();
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let flags = match access {
+        Access::ReadWrite => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| WorldError::sqlite(format!("opening {}", path.display()), e))?;
     conn.busy_timeout(BUSY_TIMEOUT)
@@ -153,7 +188,7 @@ struct Checkpointer {
 
 impl Checkpointer {
     fn start(writer: &mut Connection, path: &Path) -> Result<Checkpointer> {
-        let conn = connect(path)?;
+        let conn = connect(path, Access::ReadWrite)?;
         let (wake, woken) = crossbeam_channel::bounded::<()>(1);
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
@@ -495,6 +530,7 @@ fn last_sequence(conn: &Connection, run_id: &str) -> Result<u64> {
 /// Read connections, pooled.
 pub struct SqliteReader {
     path: PathBuf,
+    access: Access,
     pool: Mutex<Vec<Connection>>,
 }
 
@@ -504,7 +540,7 @@ impl SqliteReader {
         let conn = match pooled {
             Some(c) => c,
             None => {
-                let c = connect(&self.path)?;
+                let c = connect(&self.path, self.access)?;
                 // Readers map the database instead of copying each page through read(2).
                 c.pragma_update(None, "query_only", true)
                     .and_then(|_| c.pragma_update(None, "mmap_size", READER_MMAP))

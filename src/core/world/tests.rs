@@ -281,3 +281,70 @@ fn close_lets_go_of_a_lock_only_after_the_appends_queued_under_it_have_committed
     assert_eq!(world.reader().last_sequence("run_f").unwrap(), n as u64);
     wait_all(&rx, n + 1);
 }
+
+#[test]
+fn a_read_only_world_reads_what_others_commit_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let writer = World::open_local(dir.path(), Durability::Full, Pricing::default(), c.clone()).unwrap();
+    writer.append(1, append("run_r", 0)).unwrap();
+    wait_all(&rx, 1);
+    let reader = World::open_local_read_only(dir.path(), Pricing::default(), c.clone()).unwrap();
+    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 1);
+    // A commit after the read-only world opened is seen by its next read.
+    writer.append(2, append("run_r", 1)).unwrap();
+    wait_all(&rx, 1);
+    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 2);
+
+    let refused = reader.append(3, append("run_r", 2)).unwrap_err();
+    assert!(
+        matches!(&refused, WorldError::Path { message } if message.contains("was opened read-only")),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        reader.acquire_lock(4, "run_r".into(), std::time::Duration::ZERO),
+        Err(WorldError::Path { .. })
+    ));
+    assert!(matches!(
+        reader.write_outer_loop(5, "{}".into()),
+        Err(WorldError::Path { .. })
+    ));
+    assert!(matches!(
+        reader.release_lock(6, "run_r".into(), "t".into()),
+        Err(WorldError::Path { .. })
+    ));
+    reader.close(7).unwrap();
+    writer.close(8).unwrap();
+    wait_all(&rx, 2);
+    // Once the writer has closed (its checkpoint emptied the WAL), a fresh read-only open reads all.
+    let again = World::open_local_read_only(dir.path(), Pricing::default(), c).unwrap();
+    assert_eq!(envelopes(&again, "run_r", 0, None).len(), 2);
+}
+
+#[test]
+fn a_read_only_open_needs_a_world_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, _rx) = channel();
+    let missing = dir.path().join("nowhere");
+    for at in [missing.as_path(), dir.path()] {
+        let err = World::open_local_read_only(at, Pricing::default(), c.clone())
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(&err, WorldError::Path { message } if message.starts_with("no world at ")),
+            "{err:?}"
+        );
+    }
+    assert!(!missing.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // An empty database (a crash between creating the file and its first migration) is no world yet.
+    std::fs::create_dir(dir.path().join("events")).unwrap();
+    std::fs::write(dir.path().join("events/events.db"), b"").unwrap();
+    let err = World::open_local_read_only(dir.path(), Pricing::default(), c)
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&err, WorldError::Path { message } if message.contains("holds no world yet")),
+        "{err:?}"
+    );
+}

@@ -1,0 +1,150 @@
+// A world opened with `readOnly`: it reads what other worlds commit, refuses every write with a
+// typed error, and leaves the data directory exactly as it found it (no upgrade, nothing created).
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import {
+  acquireOuterLoopLock,
+  acquireRunLock,
+  appendEvent,
+  appendRunEvent,
+  EventValidationError,
+  listEvents,
+  listRuns,
+  localWorld,
+  materializeRunState,
+  readArtifact,
+  readOuterLoopManifest,
+  subscribe,
+  verifyWorld,
+  WorldClosedError,
+  WorldPathError,
+  writeArtifact,
+  writeOuterLoopManifest,
+} from '@little-workflow/world';
+import { rejection, tempDir, track } from './helpers';
+
+/**
+ * Every file under `dir` with its size and content hash, so any change to the directory shows;
+ * except SQLite's own index of the WAL and an empty WAL, which any reader of a WAL database may
+ * create beside it.
+ */
+function snapshot(dir: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of readdirSync(dir, { recursive: true }) as string[]) {
+    const p = join(dir, name);
+    const st = statSync(p);
+    if (name.endsWith('events.db-shm') || (name.endsWith('events.db-wal') && st.size === 0)) continue;
+    out[name] = st.isDirectory() ? 'dir' : `${st.size}:${createHash('sha256').update(readFileSync(p)).digest('hex')}`;
+  }
+  return out;
+}
+
+async function seeded() {
+  const dataDir = tempDir();
+  const world = localWorld({ dataDir });
+  const art = await writeArtifact(world, { runId: 'run_ro', stepPath: 's', name: 'o', contentType: 'text/plain', encoding: 'utf8', payload: 'hello' });
+  await appendEvent(world, 'run_ro', { type: 'RunStarted', payload: {} });
+  await appendEvent(world, 'run_ro', { type: 'StepCompleted', payload: { stepPath: 's', outputRef: art.artifactRef } });
+  await writeOuterLoopManifest(world, { outerLoopId: 'ol_ro', goal: { description: 'g' }, maxCycles: 2, inputHash: 'sha256:abc', cycles: [] });
+  await world.close();
+  return { dataDir, art };
+}
+
+describe('localWorld({ readOnly: true })', () => {
+  it('reads everything and refuses every write with WorldPathError, writing nothing', async () => {
+    const { dataDir, art } = await seeded();
+    const before = snapshot(dataDir);
+    const world = track(localWorld({ dataDir, readOnly: true }));
+    expect(world.kind).toBe('local');
+    expect((await listEvents(world, 'run_ro')).map((e) => e.type)).toEqual(['RunStarted', 'StepCompleted']);
+    expect((await materializeRunState(world, 'run_ro')).eventCount).toBe(2);
+    expect((await readArtifact(world, art.artifactRef)).payload).toBe('hello');
+    expect((await readOuterLoopManifest(world, 'ol_ro'))?.maxCycles).toBe(2);
+    expect((await listRuns(world)).map((r) => r.runId)).toEqual(['run_ro']);
+    expect((await verifyWorld(world)).ok).toBe(true);
+
+    const writes: Array<[string, Promise<unknown>]> = [
+      ['an append', appendEvent(world, 'run_ro', { type: 'StepStarted', payload: { stepPath: 't' } })],
+      ['an append', appendRunEvent(world, 'run_ro2', { type: 'run:started', executionMode: 'local', inputs: {}, workflowId: '3f2b8c1e-9a4d-4e6f-8b2a-1c3d5e7f9a0b' })],
+      ['writing an artifact', writeArtifact(world, { runId: 'run_ro', stepPath: 's', name: 'p', contentType: 'text/plain', encoding: 'utf8', payload: 'x' })],
+      ['taking a lock', acquireRunLock(world, 'run_ro')],
+      ['taking a lock', acquireOuterLoopLock(world, 'ol_ro')],
+      ['writing an outer-loop manifest', writeOuterLoopManifest(world, { outerLoopId: 'ol_ro', goal: { description: 'g' }, maxCycles: 3, inputHash: 'sha256:abc', cycles: [] })],
+    ];
+    for (const [what, p] of writes) {
+      const err = await rejection(p);
+      expect(err, what).toBeInstanceOf(WorldPathError);
+      expect(err.message).toBe(`${what} needs a writable world, and the world at ${world.dataDir} was opened read-only`);
+    }
+    await world.close();
+    expect(snapshot(dataDir)).toEqual(before);
+  });
+
+  it('sees what a writable world commits after it opened, also through subscribe', async () => {
+    const { dataDir } = await seeded();
+    const reader = track(localWorld({ dataDir, readOnly: true }));
+    const writer = track(localWorld({ dataDir, durability: 'normal' }));
+    const it = subscribe(reader, 'run_new')[Symbol.asyncIterator]();
+    const next = it.next();
+    await appendEvent(writer, 'run_new', { type: 'RunStarted', payload: { n: 1 } });
+    expect((await next).value?.payload).toEqual({ n: 1 });
+    await it.return?.();
+    expect((await listEvents(reader, 'run_new')).length).toBe(1);
+  });
+
+  it('does not upgrade a world an earlier version wrote, which that version can then still open', async () => {
+    const { dataDir } = await seeded();
+    const db = new Database(join(dataDir, 'events', 'events.db'));
+    db.exec('DROP TABLE estimates');
+    db.pragma('user_version = 2');
+    db.close();
+    const world = track(localWorld({ dataDir, readOnly: true }));
+    expect((await listEvents(world, 'run_ro')).length).toBe(2);
+    await world.close();
+    const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
+    expect(check.pragma('user_version', { simple: true })).toBe(2);
+    check.close();
+  });
+
+  it('does not create or tidy anything: no directories, no cleanup of leftovers', async () => {
+    const { dataDir } = await seeded();
+    rmSync(join(dataDir, 'locks'), { recursive: true, force: true });
+    rmSync(join(dataDir, 'artifacts'), { recursive: true, force: true });
+    const world = track(localWorld({ dataDir, readOnly: true }));
+    expect((await listEvents(world, 'run_ro')).length).toBe(2);
+    await world.close();
+    expect(existsSync(join(dataDir, 'locks'))).toBe(false);
+    expect(existsSync(join(dataDir, 'artifacts'))).toBe(false);
+  });
+
+  it('fails with WorldPathError where there is no world, creating nothing', async () => {
+    const base = tempDir();
+    const missing = join(base, 'nowhere');
+    for (const dataDir of [missing, base]) {
+      const err = (() => {
+        try {
+          localWorld({ dataDir, readOnly: true });
+        } catch (e) {
+          return e as Error;
+        }
+        throw new Error('opened');
+      })();
+      expect(err).toBeInstanceOf(WorldPathError);
+      expect(err.message).toMatch(/^no world at /);
+    }
+    expect(existsSync(missing)).toBe(false);
+    expect(readdirSync(base)).toEqual([]);
+  });
+
+  it('takes only a boolean, and a closed read-only world says it is closed', async () => {
+    const { dataDir } = await seeded();
+    expect(() => localWorld({ dataDir, readOnly: 'yes' as never })).toThrow(EventValidationError);
+    const world = localWorld({ dataDir, readOnly: true });
+    await world.close();
+    expect(await rejection(appendEvent(world, 'run_ro', { type: 'RunStarted', payload: {} }))).toBeInstanceOf(WorldClosedError);
+    expect(await rejection(writeArtifact(world, { runId: 'run_ro', stepPath: 's', name: 'p', contentType: 'text/plain', encoding: 'utf8', payload: 'x' }))).toBeInstanceOf(WorldClosedError);
+  });
+});
