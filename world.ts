@@ -332,14 +332,21 @@ class OpenWorld implements World {
   }
 
   async close(): Promise<void> {
-    await call(() => nativeOf(this).close());
+    await call(() => handleOf(this).close());
     wakeSubscribers(this); // live subscriptions notice the close now, not at their next poll
   }
 }
 
-function nativeOf(world: World): NativeWorld {
+function handleOf(world: World): NativeWorld {
   const handle = natives.get(world);
   if (!handle) invalid('world', 'must be a World returned by localWorld() or virtualWorld()');
+  return handle;
+}
+
+/** The native handle of an open world. A closed one says so before any argument is looked at. */
+function nativeOf(world: World): NativeWorld {
+  const handle = handleOf(world);
+  if (handle.closed) throw new WorldClosedError('WORLD_CLOSED', 'the world is closed', {});
   return handle;
 }
 
@@ -359,7 +366,12 @@ export function localWorld(opts?: LocalWorldOptions): World {
   if (typeof dataDir !== 'string' || dataDir.length === 0) {
     throw new WorldPathError('WORLD_PATH', 'dataDir must be a non-empty string', { path: 'dataDir' });
   }
+  // As UTF-8 a lone surrogate would become U+FFFD: two different dataDirs, one world.
+  if (!dataDir.isWellFormed()) {
+    throw new WorldPathError('WORLD_PATH', 'dataDir contains a lone surrogate, which a path cannot carry exactly', { path: 'dataDir' });
+  }
   const durability = o.durability ?? 'full';
+  if (typeof durability !== 'string') invalid('durability', "must be 'full' or 'normal'");
   const pricing = pricingText(o.pricing);
   const readOnly = o.readOnly ?? false;
   if (typeof readOnly !== 'boolean') invalid('readOnly', 'must be a boolean');
@@ -669,6 +681,7 @@ export async function writeArtifact(world: World, input: WriteArtifactInput): Pr
   } else if (encoding === 'bytes') {
     if (!(payload instanceof Uint8Array)) invalid('input.payload', "must be a Uint8Array for encoding 'bytes'", runId as string);
     const u8 = payload as Uint8Array;
+    if (isDetached(u8)) invalid('input.payload', 'is backed by a detached ArrayBuffer (transferred away), which holds no bytes', runId as string);
     bytes = Buffer.isBuffer(u8) ? u8 : Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
   } else {
     invalid('input.encoding', "must be 'json', 'utf8' or 'bytes'", runId as string);
@@ -677,6 +690,17 @@ export async function writeArtifact(world: World, input: WriteArtifactInput): Pr
     handle.writeArtifact(runId as string, stepPath as string, name as string, contentType as string, encoding as string, text, bytes),
   );
   return frozen<ArtifactManifest>(json);
+}
+
+/** Whether `u8` views an ArrayBuffer that was transferred away (it then reads as empty). */
+function isDetached(u8: Uint8Array): boolean {
+  if (u8.byteLength !== 0) return false;
+  try {
+    new Uint8Array(u8.buffer, 0, 0);
+    return false;
+  } catch {
+    return true;
+  }
 }
 
 /**
@@ -893,7 +917,10 @@ export type OuterLoopManifest = {
   goal?: { workflowDefinitionHash?: string; description?: string; [k: string]: unknown };
   maxCycles?: number;
   cycles?: Array<{ cycleNumber: number; runId: string; workflowVersionId?: string; status: string; output?: unknown; [k: string]: unknown }>;
-  /** Set before a cycle starts. A write that omits it keeps the stored one; `null` clears it. */
+  /**
+   * Set before a cycle starts. A write that leaves it out keeps the stored one; `null` (or the key
+   * present with the value `undefined`) clears it.
+   */
   pendingCycleRunId?: string | null;
   result?: { kind: 'done'; finalOutput?: unknown; [k: string]: unknown };
   [k: string]: unknown;
@@ -921,7 +948,10 @@ export async function readOuterLoopManifest(world: World, outerLoopId: string): 
 export async function writeOuterLoopManifest(world: World, manifest: OuterLoopManifest): Promise<void> {
   const handle = nativeOf(world);
   if (!isPlainRecord(manifest)) invalid('manifest', 'must be an object');
-  const text = toJsonText(manifest, 'manifest');
+  // JSON drops a key whose value is undefined, which would keep the stored marker; written as
+  // `{ ...stored, pendingCycleRunId: undefined }`, it means to clear it.
+  const m = Object.hasOwn(manifest, 'pendingCycleRunId') && manifest.pendingCycleRunId === undefined ? { ...manifest, pendingCycleRunId: null } : manifest;
+  const text = toJsonText(m, 'manifest');
   await call(() => handle.writeOuterLoop(text));
 }
 

@@ -266,14 +266,9 @@ impl ArtifactStore {
     }
 
     fn write_local(&self, dir: &Path, blobs: &Path, meta: &NewArtifact, payload: Payload) -> Result<Manifest> {
-        let tmp_blob = blobs.join(tmp_name("incoming"));
-        let (sha, size) = match write_hashed(&tmp_blob, payload.bytes()) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp_blob);
-                return Err(e);
-            }
-        };
+        // Held (locked) until this function returns, after the blob is renamed into place.
+        let (tmp, sha, size) = write_hashed(blobs, payload.bytes())?;
+        let tmp_blob = &tmp.path;
         drop(payload);
         let id = artifact_id(meta, &sha);
         let _turn = self.turn(&id);
@@ -281,28 +276,27 @@ impl ArtifactStore {
         let blob_path = blobs.join(format!("{id}.bin"));
         let existing = match self.read(&id) {
             Ok((m, _)) => {
-                let _ = fs::remove_file(&tmp_blob);
+                let _ = fs::remove_file(tmp_blob);
                 return Ok(m);
             }
             Err(WorldError::ArtifactNotFound { .. }) => false,
             Err(e) if e.code() == "WORLD_IO" => {
-                let _ = fs::remove_file(&tmp_blob);
+                let _ = fs::remove_file(tmp_blob);
                 return Err(e);
             }
             Err(_) => true, // damaged: publish the fresh bytes over it
         };
         let published = (|| {
-            fs::rename(&tmp_blob, &blob_path)
+            fs::rename(tmp_blob, &blob_path)
                 .map_err(|e| WorldError::io("publishing a blob", Some(blob_path.clone()), e))?;
             sync_dir(blobs)?;
             let manifest = new_manifest(meta, id.clone(), sha, size);
-            let tmp_manifest = dir.join(tmp_name(&id));
-            write_synced(&tmp_manifest, manifest.to_json().as_bytes())?;
+            let tmp_manifest = TmpFile::write_synced(dir, &id, manifest.to_json().as_bytes())?;
             let linked = if existing {
-                fs::rename(&tmp_manifest, &manifest_path)
+                fs::rename(&tmp_manifest.path, &manifest_path)
             } else {
-                let r = fs::hard_link(&tmp_manifest, &manifest_path);
-                let _ = fs::remove_file(&tmp_manifest);
+                let r = fs::hard_link(&tmp_manifest.path, &manifest_path);
+                let _ = fs::remove_file(&tmp_manifest.path);
                 r
             };
             match linked {
@@ -316,7 +310,7 @@ impl ArtifactStore {
             }
         })();
         if published.is_err() {
-            let _ = fs::remove_file(&tmp_blob);
+            let _ = fs::remove_file(tmp_blob);
         }
         published
     }
@@ -515,17 +509,87 @@ fn load_manifest(dir: &Path, id: &str) -> Result<Manifest> {
 }
 
 /// A temporary file name that says which process writes it, unique within the process
-/// (`<stem>.<pid>.<counter>-<nanos>.tmp`).
-pub fn tmp_name(stem: &str) -> String {
+/// (`<stem>.<pid>.<counter>-<nanos>.flock.tmp`). The `flock` part says its writer holds an
+/// `flock` on it (see [`TmpFile`]); earlier versions named theirs without it.
+fn tmp_name(stem: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    format!("{stem}.{}.{n}-{nanos}.tmp", std::process::id())
+    format!("{stem}.{}.{n}-{nanos}.flock.tmp", std::process::id())
 }
 
-/// Remove `*.tmp` files in `dir` whose writing process no longer exists (named by [`tmp_name`]).
+/// A temporary file this process is writing, to be renamed (or linked) into place. Its writer
+/// holds an `flock` on it from its creation until the `TmpFile` is dropped, after the rename, so
+/// a world opening meanwhile, in any process and any pid namespace, tells it from the leftover of
+/// a writer that is gone ([`remove_stale_tmp`]). A pid in the name could not: pids mean nothing
+/// across namespaces, and a restarted container often gets its old one back.
+pub struct TmpFile {
+    pub path: PathBuf,
+    file: File,
+}
+
+impl TmpFile {
+    /// A new, empty, locked file in `dir` named after `stem`.
+    fn create(dir: &Path, stem: &str) -> Result<TmpFile> {
+        // A cleanup may take the new file for a leftover before it is locked: it then holds the
+        // lock or has removed the file, and a fresh name is tried. Bounded, so a file system that
+        // says odd things about the files in it cannot spin this forever.
+        for _ in 0..16 {
+            let path = dir.join(tmp_name(stem));
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| WorldError::io("creating a temporary file", Some(path.clone()), e))?;
+            match process::try_lock(&file) {
+                Some(true) if same_file(&file, &path) => return Ok(TmpFile { path, file }),
+                Some(_) => continue,
+                // No flock on this file system: a cleanup goes by the pid in the name.
+                None => return Ok(TmpFile { path, file }),
+            }
+        }
+        Err(WorldError::io(
+            "creating a temporary file",
+            Some(dir.to_path_buf()),
+            std::io::Error::other("another process kept removing it"),
+        ))
+    }
+
+    /// A new locked file in `dir` holding `bytes`, fsynced. Removed again if writing fails.
+    pub fn write_synced(dir: &Path, stem: &str, bytes: &[u8]) -> Result<TmpFile> {
+        let mut tmp = TmpFile::create(dir, stem)?;
+        let io = |e| WorldError::io("writing a file", Some(tmp.path.clone()), e);
+        let written = tmp.file.write_all(bytes).and_then(|()| tmp.file.sync_all()).map_err(io);
+        tmp.or_remove(written)
+    }
+
+    /// `self` if `result` is `Ok`; otherwise remove the file and return the error.
+    fn or_remove(self, result: Result<()>) -> Result<TmpFile> {
+        match result {
+            Ok(()) => Ok(self),
+            Err(e) => {
+                let _ = fs::remove_file(&self.path);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Whether `path` still names the open `file` (a cleanup may have removed it meanwhile).
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Remove the `*.tmp` files in `dir` whose writers are gone: a [`TmpFile`] once no process holds
+/// its lock (removed while this one holds it, so no writer can take it up meanwhile), one an
+/// earlier version wrote (or one on a file system without `flock`) once no process has the pid
+/// in its name.
 pub fn remove_stale_tmp(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
@@ -534,29 +598,59 @@ pub fn remove_stale_tmp(dir: &Path) {
         let Some(stem) = name.strip_suffix(".tmp") else {
             continue;
         };
-        let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
-        if pid.is_none_or(|p| !process::alive(p)) {
-            let _ = fs::remove_file(entry.path());
+        let path = entry.path();
+        let pid_gone = || {
+            let stem = stem.strip_suffix(".flock").unwrap_or(stem);
+            let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
+            pid.is_none_or(|p| !process::alive(p))
+        };
+        if !stem.ends_with(".flock") {
+            if pid_gone() {
+                let _ = fs::remove_file(&path);
+            }
+            continue;
+        }
+        let Ok(file) = File::open(&path) else { continue };
+        match process::try_lock(&file) {
+            Some(true) => {
+                let _ = fs::remove_file(&path);
+            }
+            Some(false) => {}
+            None if pid_gone() => {
+                let _ = fs::remove_file(&path);
+            }
+            None => {}
         }
     }
 }
 
-/// Stream `bytes` into a new file at `path`, hashing each chunk as written; fsync. Returns the
-/// `sha256:` hash and the size. Each chunk is copied before it is hashed and written, so the hash
-/// always describes the bytes on disk even if the source changes meanwhile.
-fn write_hashed(path: &Path, bytes: &[u8]) -> Result<(String, u64)> {
-    let io = |e| WorldError::io("writing a blob", Some(path.to_path_buf()), e);
-    let mut file = File::create(path).map_err(io)?;
+/// Stream `bytes` into a new [`TmpFile`] in `dir`, hashing each chunk as written; fsync. Returns
+/// the file, the `sha256:` hash and the size. Each chunk is copied before it is hashed and
+/// written, so the hash always describes the bytes on disk even if the source changes meanwhile.
+fn write_hashed(dir: &Path, bytes: &[u8]) -> Result<(TmpFile, String, u64)> {
+    let mut tmp = TmpFile::create(dir, "incoming")?;
+    let io = |e| WorldError::io("writing a blob", Some(tmp.path.clone()), e);
     let mut hasher = Sha256::new();
     let mut chunk = Vec::with_capacity(CHUNK.min(bytes.len()));
+    let mut written = Ok(());
     for piece in bytes.chunks(CHUNK) {
         chunk.clear();
         chunk.extend_from_slice(piece);
         hasher.update(&chunk);
-        file.write_all(&chunk).map_err(io)?;
+        written = tmp.file.write_all(&chunk).map_err(io);
+        if written.is_err() {
+            break;
+        }
     }
-    file.sync_all().map_err(io)?;
-    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), bytes.len() as u64))
+    if written.is_ok() {
+        written = tmp.file.sync_all().map_err(io);
+    }
+    let tmp = tmp.or_remove(written)?;
+    Ok((
+        tmp,
+        format!("sha256:{}", hex::encode(hasher.finalize())),
+        bytes.len() as u64,
+    ))
 }
 
 /// Blobs this large are read on one thread while hashed on another.
@@ -591,14 +685,6 @@ fn read_hashed(file: &mut File, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
             .unwrap_or_else(|_| Err(std::io::Error::other("the blob reader thread panicked")))
     })?;
     Ok(hasher.finalize().into())
-}
-
-/// Write a small file and fsync it.
-pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |e| WorldError::io("writing a file", Some(path.to_path_buf()), e);
-    let mut file = File::create(path).map_err(io)?;
-    file.write_all(bytes).map_err(io)?;
-    file.sync_all().map_err(io)
 }
 
 /// Create `dir` and any missing parents, fsyncing each parent a directory was created in, so the

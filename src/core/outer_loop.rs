@@ -19,7 +19,7 @@
 //! the shape of seed 001 (`OuterLoopManifest` in `world.ts`) is refused with
 //! [`WorldError::Validation`]. Fields the shape does not name are allowed and kept.
 
-use crate::core::artifacts::{sync_dir, tmp_name, write_synced};
+use crate::core::artifacts::{sync_dir, TmpFile};
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::known::is_count;
@@ -102,8 +102,17 @@ impl OuterLoops {
         match self {
             OuterLoops::Memory(map) => {
                 let mut map = unpoisoned(map);
-                // Only validated manifests are stored, so a stored text is an object.
-                let stored = map.get(&id).and_then(|t| serde_json::from_str(t).ok());
+                // Only validated manifests are stored, so a stored text is an object (parsed as
+                // deep as it was accepted: serde_json's own limit would drop a deep one).
+                let stored = match map.get(&id).map(|t| canonical::parse(t)) {
+                    Some(Ok(Value::Object(m))) => Some(m),
+                    None => None,
+                    Some(_) => {
+                        return Err(WorldError::RuntimeIntegrity {
+                            reason: format!("the stored outer-loop manifest {id} does not parse"),
+                        })
+                    }
+                };
                 let text = merge(&id, manifest, stored.as_ref())?;
                 map.insert(id, text);
                 Ok(())
@@ -114,15 +123,12 @@ impl OuterLoops {
                 let _turn = unpoisoned(&turn);
                 let stored = read_file(&path, &id)?;
                 let text = merge(&id, manifest, stored.as_ref())?;
-                let tmp = dir.join(tmp_name(&format!("{id}.json")));
-                let published = write_synced(&tmp, text.as_bytes()).and_then(|()| {
-                    fs::rename(&tmp, &path)
-                        .map_err(|e| WorldError::io("publishing an outer-loop manifest", Some(path.clone()), e))
-                });
-                if published.is_err() {
-                    let _ = fs::remove_file(&tmp);
+                // Held (locked) until the end of this block, after the rename.
+                let tmp = TmpFile::write_synced(dir, &format!("{id}.json"), text.as_bytes())?;
+                if let Err(e) = fs::rename(&tmp.path, &path) {
+                    let _ = fs::remove_file(&tmp.path);
+                    return Err(WorldError::io("publishing an outer-loop manifest", Some(path), e));
                 }
-                published?;
                 sync_dir(dir)
             }
         }
@@ -152,8 +158,8 @@ fn write_turn(path: &Path) -> Arc<Mutex<()>> {
 /// The manifest stored at `path`, if there is one, checked to be a JSON object that names `id`
 /// and an `inputHash`; anything else is corrupt.
 fn read_file(path: &Path, id: &str) -> Result<Option<Map<String, Value>>> {
-    let text = match fs::read_to_string(path) {
-        Ok(text) => text,
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => {
             return Err(WorldError::io(
@@ -165,6 +171,9 @@ fn read_file(path: &Path, id: &str) -> Result<Option<Map<String, Value>>> {
     };
     let corrupt = |what: String| WorldError::RuntimeIntegrity {
         reason: format!("outer-loop manifest {} {what}", path.display()),
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Err(corrupt("is not UTF-8".into()));
     };
     let manifest = match canonical::parse(&text) {
         Ok(Value::Object(m)) => m,
@@ -325,6 +334,28 @@ mod tests {
         }
     }
 
+    /// A manifest nested deeper than serde_json's default limit keeps its checks in both stores
+    /// (the memory store re-read it with that limit, and took an unreadable one for none).
+    #[test]
+    fn a_deep_manifest_keeps_its_input_hash_and_pending_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        for loops in [OuterLoops::local(dir.path()).unwrap(), OuterLoops::memory()] {
+            loops
+                .write(&format!(
+                    r#"{{"outerLoopId":"ol_d","inputHash":"sha256:a","cycles":[{{"cycleNumber":1,"runId":"run_c1","status":"completed","output":{deep}}}],"pendingCycleRunId":"run_c1"}}"#
+                ))
+                .unwrap();
+            let err = loops
+                .write(r#"{"outerLoopId":"ol_d","inputHash":"sha256:b"}"#)
+                .unwrap_err();
+            assert_eq!(err.code(), "OUTER_LOOP_INPUT_MISMATCH");
+            loops.write(r#"{"outerLoopId":"ol_d","inputHash":"sha256:a"}"#).unwrap();
+            let v = canonical::parse(&loops.read("ol_d").unwrap().unwrap()).unwrap();
+            assert_eq!(v["pendingCycleRunId"], "run_c1");
+        }
+    }
+
     /// The local manifests of `data` plus a second handle on them through a symlink (two worlds of
     /// one process on one data directory), and an in-memory store shared by two handles.
     fn store_pairs(root: &Path) -> Vec<(Arc<OuterLoops>, Arc<OuterLoops>, Option<PathBuf>)> {
@@ -456,14 +487,42 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let dir = data.path().join("outer-loops");
         std::fs::create_dir_all(&dir).unwrap();
-        // As artifacts::tmp_name names them: <stem>.<pid>.<n>-<nanos>.tmp.
-        let dead = dir.join("ol_1.json.2147483646.0-1.tmp");
-        let live = dir.join(tmp_name("ol_1.json"));
-        std::fs::write(&dead, b"{").unwrap();
-        std::fs::write(&live, b"{").unwrap();
+        let me = std::process::id();
+        let file = |name: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, b"{").unwrap();
+            path
+        };
+        // Named by an earlier version (<stem>.<pid>.<n>-<nanos>.tmp): judged by the pid.
+        let old_dead = file("ol_1.json.2147483646.0-1.tmp");
+        let old_live = file(&format!("ol_1.json.{me}.0-2.tmp"));
+        // Named by this one: judged by the lock its writer holds, whatever the pid says. A writer
+        // in another pid namespace has a pid that means nothing here (it used to lose its file,
+        // and its write failed); a dead predecessor may have had this process's pid.
+        let held_elsewhere = file("ol_1.json.2147483646.0-3.flock.tmp");
+        let writer = std::fs::File::open(&held_elsewhere).unwrap();
+        assert!(crate::core::process::lock_for_life(&writer));
+        let predecessor = file(&format!("ol_1.json.{me}.0-4.flock.tmp"));
         OuterLoops::local(data.path()).unwrap();
-        assert!(!dead.exists(), "a crashed writer's tmp file is removed");
-        assert!(live.exists(), "a live writer's is not");
+        assert!(!old_dead.exists(), "a crashed writer's tmp file is removed");
+        assert!(old_live.exists(), "a live writer's is not");
+        assert!(held_elsewhere.exists(), "a locked one is not, whatever its pid");
+        assert!(!predecessor.exists(), "an unlocked one is, whatever its pid");
+        // A manifest written now takes no leftover's lock and leaves no file behind.
+        let loops = OuterLoops::local(data.path()).unwrap();
+        loops.write(r#"{"outerLoopId":"ol_1","inputHash":"h"}"#).unwrap();
+        let mut left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = [
+            "ol_1.json".to_string(),
+            "ol_1.json.2147483646.0-3.flock.tmp".to_string(),
+            format!("ol_1.json.{me}.0-2.tmp"),
+        ];
+        want.sort();
+        assert_eq!(left, want);
     }
 
     #[test]
@@ -499,8 +558,15 @@ mod tests {
             (r#"{"outerLoopId":"ol_1"}"#, "inputHash"),
             (r#"{"outerLoopId":"ol_1","inputHash":7}"#, "inputHash"),
             (r#"{"outerLoopId":"ol_1","#, "not JSON"),
+            (
+                "{\"outerLoopId\":\"ol_1\",\"inputHash\":\"h\",\"x\":\"\u{FFFD}\"}",
+                "not UTF-8",
+            ),
         ] {
-            fs::write(&path, text).unwrap();
+            // The last case's replacement character stands for a byte that is not UTF-8.
+            let bytes = text.replace('\u{FFFD}', "\u{1}").into_bytes();
+            let bytes: Vec<u8> = bytes.into_iter().map(|b| if b == 1 { 0xff } else { b }).collect();
+            fs::write(&path, &bytes).unwrap();
             let err = loops.read("ol_1").unwrap_err();
             assert_eq!(err.code(), "RUNTIME_INTEGRITY", "{text}: {err}");
             let msg = err.to_string();
@@ -508,7 +574,7 @@ mod tests {
             // A write does not paper over it either.
             let err = loops.write(r#"{"outerLoopId":"ol_1","inputHash":"h"}"#).unwrap_err();
             assert_eq!(err.code(), "RUNTIME_INTEGRITY", "{text}: {err}");
-            assert_eq!(fs::read_to_string(&path).unwrap(), text);
+            assert_eq!(fs::read(&path).unwrap(), bytes);
         }
         fs::write(&path, r#"{"outerLoopId":"ol_1","inputHash":"h","extra":[1]}"#).unwrap();
         assert_eq!(

@@ -391,19 +391,24 @@ pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
             check(Rule::ArtifactRef, r, choice.reference)?;
         }
     }
-    if event_type == "harness.model.responded" {
-        let usage = &payload["response"]["usage"];
-        subset(usage, "cachedInputTokens", "inputTokens")?;
-        subset(usage, "reasoningTokens", "outputTokens")?;
+    // Of every usage object: a part of a count cannot exceed it.
+    let usage_at = match event_type {
+        "harness.model.responded" => Some(("payload.response.usage", &payload["response"]["usage"])),
+        "harness.session.completed" => Some(("payload.usage", &payload["usage"])),
+        _ => None,
+    };
+    if let Some((at, usage)) = usage_at {
+        subset(at, usage, "cachedInputTokens", "inputTokens")?;
+        subset(at, usage, "reasoningTokens", "outputTokens")?;
     }
     Ok(())
 }
 
-fn subset(usage: &Value, part: &str, whole: &str) -> Result<()> {
+fn subset(at: &str, usage: &Value, part: &str, whole: &str) -> Result<()> {
     if let (Some(p), Some(w)) = (usage.get(part).and_then(Value::as_f64), usage[whole].as_f64()) {
         if p > w {
             return Err(WorldError::validation(
-                dotted("payload.response.usage", part),
+                dotted(at, part),
                 format!("{part} ({p}) cannot exceed {whole} ({w})"),
             ));
         }

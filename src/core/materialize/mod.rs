@@ -142,39 +142,43 @@ struct Envelope<'a> {
     payload: &'a RawValue,
 }
 
-/// Every payload field the fold reads, from any known type; absent fields are `None`.
+/// Every payload field the fold reads, from any known type; absent fields are `None`. Every type
+/// allows extra fields, so a name one type reads may hold anything on another (a `model` string on
+/// a `StepStarted`): a field of another JSON type than the fold reads is `None` too, as if absent.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 struct Fields<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     step_path: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     step_kind: Option<Cow<'a, str>>,
     #[serde(borrow, deserialize_with = "present")]
     output: Option<&'a RawValue>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     output_ref: Option<Cow<'a, str>>,
     #[serde(borrow, deserialize_with = "present")]
     error: Option<&'a RawValue>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     workflow_version_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     group_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     role: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     run_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     manifest: Option<&'a RawValue>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     manifest_hash: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     model: Option<ModelField<'a>>,
+    #[serde(deserialize_with = "lenient")]
     response: Option<ResponseField>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     outer_loop_id: Option<Cow<'a, str>>,
+    #[serde(deserialize_with = "lenient")]
     cycle_number: Option<u64>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "lenient")]
     supervise: Option<Supervise<'a>>,
 }
 
@@ -210,6 +214,16 @@ struct Supervise<'a> {
     kind: Cow<'a, str>,
     #[serde(rename = "finalOutput", borrow, default, deserialize_with = "present")]
     final_output: Option<&'a RawValue>,
+}
+
+/// A field as the fold reads it, or `None` when it holds something else (see [`Fields`]).
+fn lenient<'de, D, T>(d: D) -> std::result::Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let raw = <&'de RawValue as Deserialize>::deserialize(d)?;
+    Ok(serde_json::from_str(raw.get()).ok())
 }
 
 /// A field that is present, even as `null` (serde would read a `null` as absent).
@@ -274,8 +288,9 @@ impl<'p> Fold<'p> {
             self.last_recorded_at = Some(at.to_string());
             return Ok(());
         }
+        // Only a payload that is not an object fails here; serde's message would quote its value.
         let f: Fields<'_> = serde_json::from_str(payload)
-            .map_err(|e| self.corrupt(expected, format!("{t} payload does not parse: {e}")))?;
+            .map_err(|_| self.corrupt(expected, format!("the {t} payload is not a JSON object")))?;
         match t {
             "RunStarted" => {
                 self.status = "running";
@@ -442,7 +457,7 @@ impl<'p> Fold<'p> {
         let (Some(model), Some(usage)) = (&f.model, f.response.as_ref().and_then(|r| r.usage.as_ref())) else {
             return Err(self.corrupt(
                 sequence,
-                "harness.model.responded without model or response.usage".into(),
+                "harness.model.responded without a well-formed model and response.usage".into(),
             ));
         };
         let tokens = Tokens {

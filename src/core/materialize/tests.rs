@@ -263,11 +263,86 @@ fn a_long_run_reports_its_first_corrupt_event_in_sequence_order() {
     expect(
         &both,
         2 * BATCH as u64 + 8,
-        "harness.model.responded payload does not parse",
+        "harness.model.responded without a well-formed model and response.usage",
     );
     // And a later one does not hide an earlier unparsable envelope.
     let mut both = rows.clone();
     unparsable(&mut both, 2 * BATCH + 3);
     wrong_field(&mut both, 2 * BATCH + 7);
     expect(&both, 2 * BATCH as u64 + 4, "envelope does not parse");
+}
+
+/// Every type allows extra fields, so a name the fold reads on one type may hold anything on
+/// another; the fold must read past it as if it were absent (it used to call the log corrupt).
+#[test]
+fn extra_fields_of_another_type_under_a_name_the_fold_reads_are_ignored() {
+    let pricing = Pricing::bundled();
+    let at = "2026-01-01T00:00:00.000Z";
+    let event = |t: &str, payload: Value| json!({"type": t, "payload": payload, "recordedAt": at});
+    let plain = [
+        event("RunStarted", json!({})),
+        event("StepStarted", json!({"stepPath": "a"})),
+        event("StepCompleted", json!({"stepPath": "a", "output": 1})),
+        event(
+            "harness.model.responded",
+            json!({"turn": 1, "callId": "c", "stepPath": "a",
+            "model": {"provider": "openai", "modelId": "gpt-5"},
+            "response": {"usage": {"inputTokens": 1000, "outputTokens": 10}}}),
+        ),
+    ];
+    let extras = [
+        event(
+            "RunStarted",
+            json!({"workflowVersionId": 5, "runId": ["x"], "supervise": "yes"}),
+        ),
+        event(
+            "StepStarted",
+            json!({"stepPath": "a", "model": "gpt-6-sol", "stepKind": {"k": 1}, "groupId": 7}),
+        ),
+        event(
+            "StepCompleted",
+            json!({"stepPath": "a", "output": 1, "response": "sk-live-SECRET123", "outputRef": false}),
+        ),
+        event(
+            "harness.model.responded",
+            json!({"turn": 1, "callId": "c", "stepPath": "a",
+            "model": {"provider": "openai", "modelId": "gpt-5"}, "cycleNumber": "one", "role": 3,
+            "response": {"usage": {"inputTokens": 1000, "outputTokens": 10}}}),
+        ),
+    ];
+    let fold_all = |events: &[Value]| {
+        let mut fold = Fold::new("run_x", pricing);
+        for env in envelopes("run_x", events) {
+            fold.push(&env).unwrap();
+        }
+        fold.state_json()
+    };
+    let want = fold_all(&plain);
+    assert!(want.contains("\"status\":\"completed\""), "{want}");
+    assert_eq!(fold_all(&extras), want);
+
+    // A required field in another form is still corruption, and says so without quoting values.
+    let mut bad = plain.clone();
+    bad[3]["payload"]["model"] = json!("sk-live-SECRET123");
+    let mut fold = Fold::new("run_x", pricing);
+    let err = envelopes("run_x", &bad)
+        .iter()
+        .try_for_each(|env| fold.push(env))
+        .unwrap_err();
+    assert_eq!(err.code(), "EVENT_LOG_CORRUPT");
+    assert!(err.to_string().contains("without a well-formed model"), "{err}");
+    assert!(!err.to_string().contains("SECRET"), "{err}");
+    // So is a payload that is not an object.
+    let mut bad = plain.clone();
+    bad[1]["payload"] = json!("sk-live-SECRET123");
+    let mut fold = Fold::new("run_x", pricing);
+    let err = envelopes("run_x", &bad)
+        .iter()
+        .try_for_each(|env| fold.push(env))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("the StepStarted payload is not a JSON object"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("SECRET"), "{err}");
 }

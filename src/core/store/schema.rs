@@ -82,7 +82,9 @@ pub fn check(conn: &Connection, db_path: &str) -> Result<i32> {
             message: format!("{db_path} is not a little-workflow world (application_id {app_id:#x})"),
         });
     }
-    if app_id == 0 && tables > 0 && version == 0 {
+    // Every world has its application id, set in the transaction that creates its tables. Another
+    // application's database may have set a user_version of its own, so that is no sign of one.
+    if app_id == 0 && (tables > 0 || version != 0) {
         return Err(WorldError::Path {
             message: format!("{db_path} is a SQLite database of another application, not a little-workflow world"),
         });

@@ -668,18 +668,34 @@ mod tests {
 
     #[test]
     fn a_foreign_database_is_refused_and_left_untouched() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("events")).unwrap();
-        let path = dir.path().join("events/events.db");
-        Connection::open(&path)
-            .unwrap()
-            .execute_batch("CREATE TABLE customers (id INTEGER); INSERT INTO customers VALUES (1);")
-            .unwrap();
-        let before = std::fs::read(&path).unwrap();
-        let err = open(dir.path(), Durability::Normal).err().unwrap();
-        assert_eq!(err.code(), "WORLD_PATH", "{err}");
-        assert_eq!(std::fs::read(&path).unwrap(), before);
-        assert!(!dir.path().join("events/events.db-wal").exists());
+        // Also one that keeps a user_version of its own, which used to pass for a world's schema
+        // version: switched to WAL, then failing, or opening as a world without tables.
+        for (version, tables) in [(0, true), (1, true), (2, true), (3, true), (3, false), (7, true)] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("events")).unwrap();
+            let path = dir.path().join("events/events.db");
+            let conn = Connection::open(&path).unwrap();
+            if tables {
+                conn.execute_batch("CREATE TABLE customers (id INTEGER); INSERT INTO customers VALUES (1);")
+                    .unwrap();
+            }
+            conn.pragma_update(None, "user_version", version).unwrap();
+            drop(conn);
+            let before = std::fs::read(&path).unwrap();
+            let err = open(dir.path(), Durability::Normal).err().unwrap();
+            assert_eq!(err.code(), "WORLD_PATH", "user_version {version}: {err}");
+            assert!(
+                err.to_string().contains("another application"),
+                "user_version {version}: {err}"
+            );
+            let err = open_read_only(dir.path()).err().unwrap();
+            assert!(
+                err.to_string().contains("another application"),
+                "user_version {version}: {err}"
+            );
+            assert_eq!(std::fs::read(&path).unwrap(), before);
+            assert!(!dir.path().join("events/events.db-wal").exists());
+        }
     }
 
     /// Commit `rows` rows of about a page each to `run_id` after `after`, in one transaction.
