@@ -144,41 +144,40 @@ struct Envelope<'a> {
 
 /// Every payload field the fold reads, from any known type; absent fields are `None`. Every type
 /// allows extra fields, so a name one type reads may hold anything on another (a `model` string on
-/// a `StepStarted`): a field of another JSON type than the fold reads is `None` too, as if absent.
+/// a `StepStarted`): [`Fold::apply`] then reads the payload without such fields (see
+/// [`without_mistyped`]), as if they were absent.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 struct Fields<'a> {
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     step_path: Option<Cow<'a, str>>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     step_kind: Option<Cow<'a, str>>,
     #[serde(borrow, deserialize_with = "present")]
     output: Option<&'a RawValue>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     output_ref: Option<Cow<'a, str>>,
     #[serde(borrow, deserialize_with = "present")]
     error: Option<&'a RawValue>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     workflow_version_id: Option<Cow<'a, str>>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     group_id: Option<Cow<'a, str>>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     role: Option<Cow<'a, str>>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     run_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     manifest: Option<&'a RawValue>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     manifest_hash: Option<Cow<'a, str>>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     model: Option<ModelField<'a>>,
-    #[serde(deserialize_with = "lenient")]
     response: Option<ResponseField>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     outer_loop_id: Option<Cow<'a, str>>,
-    #[serde(deserialize_with = "lenient")]
     cycle_number: Option<u64>,
-    #[serde(borrow, deserialize_with = "lenient")]
+    #[serde(borrow)]
     supervise: Option<Supervise<'a>>,
 }
 
@@ -216,14 +215,42 @@ struct Supervise<'a> {
     final_output: Option<&'a RawValue>,
 }
 
-/// A field as the fold reads it, or `None` when it holds something else (see [`Fields`]).
-fn lenient<'de, D, T>(d: D) -> std::result::Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    let raw = <&'de RawValue as Deserialize>::deserialize(d)?;
-    Ok(serde_json::from_str(raw.get()).ok())
+/// The payload `text` (an object) without the fields [`Fields`] cannot read as the type it reads
+/// them as, or `None` when it is not an object. Only for a payload that did not read whole: that
+/// is rare, and reading each field on its own costs twice what reading the payload does.
+fn without_mistyped(text: &str) -> Option<String> {
+    let fields: Vec<(Cow<'_, str>, &RawValue)> = serde_json::from_str::<PayloadFields<'_>>(text).ok()?.0;
+    let mut kept = Vec::with_capacity(fields.len());
+    for (name, value) in fields {
+        let field = format!("{{{}:{}}}", canonical::string_literal(&name), value.get());
+        if serde_json::from_str::<Fields<'_>>(&field).is_ok() {
+            kept.push(field[1..field.len() - 1].to_string());
+        }
+    }
+    Some(format!("{{{}}}", kept.join(",")))
+}
+
+/// The fields of a JSON object, in order, each value as it is written.
+struct PayloadFields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for PayloadFields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = PayloadFields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<Cow<'de, str>, &'de RawValue>()? {
+                    out.push(entry);
+                }
+                Ok(PayloadFields(out))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 /// A field that is present, even as `null` (serde would read a `null` as absent).
@@ -288,9 +315,17 @@ impl<'p> Fold<'p> {
             self.last_recorded_at = Some(at.to_string());
             return Ok(());
         }
-        // Only a payload that is not an object fails here; serde's message would quote its value.
-        let f: Fields<'_> = serde_json::from_str(payload)
-            .map_err(|_| self.corrupt(expected, format!("the {t} payload is not a JSON object")))?;
+        // Read past fields of another type than the fold reads (see `Fields`). Only a payload that
+        // is not an object fails then; serde's message would quote its value, so it is not used.
+        let readable;
+        let f: Fields<'_> = match serde_json::from_str(payload) {
+            Ok(f) => f,
+            Err(_) => {
+                let not_object = || self.corrupt(expected, format!("the {t} payload is not a JSON object"));
+                readable = without_mistyped(payload).ok_or_else(not_object)?;
+                serde_json::from_str(&readable).map_err(|_| not_object())?
+            }
+        };
         match t {
             "RunStarted" => {
                 self.status = "running";

@@ -310,6 +310,10 @@ fn extra_fields_of_another_type_under_a_name_the_fold_reads_are_ignored() {
             "response": {"usage": {"inputTokens": 1000, "outputTokens": 10}}}),
         ),
     ];
+    // With a value nested past serde_json's own limit beside the mistyped field.
+    let deep = canonical::parse(&format!("{}1{}", "[".repeat(300), "]".repeat(300))).unwrap();
+    let mut extras = extras;
+    extras[1]["payload"]["deep"] = deep;
     let fold_all = |events: &[Value]| {
         let mut fold = Fold::new("run_x", pricing);
         for env in envelopes("run_x", events) {
