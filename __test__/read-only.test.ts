@@ -115,6 +115,10 @@ describe('localWorld({ readOnly: true })', () => {
     rmSync(join(dataDir, 'artifacts'), { recursive: true, force: true });
     const world = track(localWorld({ dataDir, readOnly: true }));
     expect((await listEvents(world, 'run_ro')).length).toBe(2);
+    // Verifying says what is missing (it used to fail listing the missing directory).
+    const report = await verifyWorld(world);
+    expect(report.ok).toBe(false);
+    expect(report.problems.map((p) => p.kind)).toEqual(['missing-artifact']);
     await world.close();
     expect(existsSync(join(dataDir, 'locks'))).toBe(false);
     expect(existsSync(join(dataDir, 'artifacts'))).toBe(false);

@@ -393,6 +393,8 @@ impl ArtifactStore {
     pub fn list(&self) -> Result<Vec<String>> {
         let mut ids: Vec<String> = match &self.backend {
             Backend::Memory(map) => map.lock().expect("artifact map").keys().cloned().collect(),
+            // A world opened read-only creates nothing, so its artifacts directory may be missing.
+            Backend::Local { dir, .. } if !dir.exists() => Vec::new(),
             Backend::Local { dir, .. } => fs::read_dir(dir)
                 .map_err(|e| WorldError::io("listing artifacts", Some(dir.clone()), e))?
                 .filter_map(|e| e.ok())
@@ -509,15 +511,17 @@ fn load_manifest(dir: &Path, id: &str) -> Result<Manifest> {
 }
 
 /// A temporary file name that says which process writes it, unique within the process
-/// (`<stem>.<pid>.<counter>-<nanos>.flock.tmp`). The `flock` part says its writer holds an
-/// `flock` on it (see [`TmpFile`]); earlier versions named theirs without it.
+/// (`<stem>.<pid>.<counter>-<nanos>-flock.tmp`). The `flock` part says its writer holds an
+/// `flock` on it (see [`TmpFile`]). Earlier versions named theirs without it, and find the pid
+/// where they look for it (the second part from the end), so they judge these files by pid as
+/// they judge their own, and never take a live writer's file for a leftover.
 fn tmp_name(stem: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    format!("{stem}.{}.{n}-{nanos}.flock.tmp", std::process::id())
+    format!("{stem}.{}.{n}-{nanos}-flock.tmp", std::process::id())
 }
 
 /// A temporary file this process is writing, to be renamed (or linked) into place. Its writer
@@ -600,11 +604,10 @@ pub fn remove_stale_tmp(dir: &Path) {
         };
         let path = entry.path();
         let pid_gone = || {
-            let stem = stem.strip_suffix(".flock").unwrap_or(stem);
             let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
             pid.is_none_or(|p| !process::alive(p))
         };
-        if !stem.ends_with(".flock") {
+        if !stem.ends_with("-flock") {
             if pid_gone() {
                 let _ = fs::remove_file(&path);
             }

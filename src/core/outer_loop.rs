@@ -499,10 +499,17 @@ mod tests {
         // Named by this one: judged by the lock its writer holds, whatever the pid says. A writer
         // in another pid namespace has a pid that means nothing here (it used to lose its file,
         // and its write failed); a dead predecessor may have had this process's pid.
-        let held_elsewhere = file("ol_1.json.2147483646.0-3.flock.tmp");
+        let held_elsewhere = file("ol_1.json.2147483646.0-3-flock.tmp");
         let writer = std::fs::File::open(&held_elsewhere).unwrap();
         assert!(crate::core::process::lock_for_life(&writer));
-        let predecessor = file(&format!("ol_1.json.{me}.0-4.flock.tmp"));
+        let predecessor = file(&format!("ol_1.json.{me}.0-4-flock.tmp"));
+        // Where an earlier version looks for the pid in a name, it finds this one's: it judges
+        // these files by pid as it judges its own (it used to find none, and removed live ones).
+        let name = crate::core::artifacts::TmpFile::write_synced(&dir, "ol_9.json", b"{}").unwrap();
+        let name = name.path.file_name().unwrap().to_str().unwrap().to_string();
+        let stem = name.strip_suffix(".tmp").unwrap();
+        assert_eq!(stem.rsplit('.').nth(1), Some(me.to_string().as_str()), "{name}");
+        std::fs::remove_file(dir.join(&name)).unwrap();
         OuterLoops::local(data.path()).unwrap();
         assert!(!old_dead.exists(), "a crashed writer's tmp file is removed");
         assert!(old_live.exists(), "a live writer's is not");
@@ -518,7 +525,7 @@ mod tests {
         left.sort();
         let mut want = [
             "ol_1.json".to_string(),
-            "ol_1.json.2147483646.0-3.flock.tmp".to_string(),
+            "ol_1.json.2147483646.0-3-flock.tmp".to_string(),
             format!("ol_1.json.{me}.0-2.tmp"),
         ];
         want.sort();

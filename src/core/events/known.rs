@@ -352,6 +352,17 @@ pub fn is_known(event_type: &str) -> bool {
     shape(event_type).is_some()
 }
 
+/// Whether known type `event_type` gives its payload a top-level field `name` (required or
+/// optional), so that the field holding something else is a broken payload, not an extra field.
+pub fn declares(event_type: &str, name: &str) -> bool {
+    shape(event_type).is_some_and(|s| {
+        s.fields.iter().any(|f| f.name.split('.').next() == Some(name))
+            || s.choice
+                .as_ref()
+                .is_some_and(|c| c.value == name || c.reference == name)
+    })
+}
+
 /// Validate the payload of a known type; unknown types pass (they are stored as generic facts).
 pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
     let Some(shape) = shape(event_type) else {

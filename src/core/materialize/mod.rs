@@ -145,7 +145,8 @@ struct Envelope<'a> {
 /// Every payload field the fold reads, from any known type; absent fields are `None`. Every type
 /// allows extra fields, so a name one type reads may hold anything on another (a `model` string on
 /// a `StepStarted`): [`Fold::apply`] then reads the payload without such fields (see
-/// [`without_mistyped`]), as if they were absent.
+/// [`without_extra_mistyped`]), as if they were absent. A field of the type's own shape that does
+/// not read is a broken payload, as before.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 struct Fields<'a> {
@@ -215,19 +216,25 @@ struct Supervise<'a> {
     final_output: Option<&'a RawValue>,
 }
 
-/// The payload `text` (an object) without the fields [`Fields`] cannot read as the type it reads
-/// them as, or `None` when it is not an object. Only for a payload that did not read whole: that
-/// is rare, and reading each field on its own costs twice what reading the payload does.
-fn without_mistyped(text: &str) -> Option<String> {
-    let fields: Vec<(Cow<'_, str>, &RawValue)> = serde_json::from_str::<PayloadFields<'_>>(text).ok()?.0;
+/// The payload `text` of an event of type `t` without the extra fields [`Fields`] cannot read as
+/// the type it reads them as; or why the payload is broken: it is not an object, or a field of
+/// `t`'s own shape does not read. Only for a payload that did not read whole: that is rare, and
+/// reading each field on its own costs twice what reading the payload does. A reason never quotes
+/// a value (a payload may hold secrets).
+fn without_extra_mistyped(t: &str, text: &str) -> std::result::Result<String, String> {
+    let fields = serde_json::from_str::<PayloadFields<'_>>(text)
+        .map_err(|_| format!("the {t} payload is not a JSON object"))?
+        .0;
     let mut kept = Vec::with_capacity(fields.len());
     for (name, value) in fields {
         let field = format!("{{{}:{}}}", canonical::string_literal(&name), value.get());
         if serde_json::from_str::<Fields<'_>>(&field).is_ok() {
             kept.push(field[1..field.len() - 1].to_string());
+        } else if crate::core::events::known::declares(t, &name) {
+            return Err(format!("the {t} payload's {name} is not what a {t} carries there"));
         }
     }
-    Some(format!("{{{}}}", kept.join(",")))
+    Ok(format!("{{{}}}", kept.join(",")))
 }
 
 /// The fields of a JSON object, in order, each value as it is written.
@@ -315,15 +322,15 @@ impl<'p> Fold<'p> {
             self.last_recorded_at = Some(at.to_string());
             return Ok(());
         }
-        // Read past fields of another type than the fold reads (see `Fields`). Only a payload that
-        // is not an object fails then; serde's message would quote its value, so it is not used.
+        // Read past extra fields of another type than the fold reads them as (see `Fields`).
+        // serde's message would quote a value, so it is not used.
         let readable;
         let f: Fields<'_> = match serde_json::from_str(payload) {
             Ok(f) => f,
             Err(_) => {
-                let not_object = || self.corrupt(expected, format!("the {t} payload is not a JSON object"));
-                readable = without_mistyped(payload).ok_or_else(not_object)?;
-                serde_json::from_str(&readable).map_err(|_| not_object())?
+                readable = without_extra_mistyped(t, payload).map_err(|why| self.corrupt(expected, why))?;
+                serde_json::from_str(&readable)
+                    .map_err(|_| self.corrupt(expected, format!("the {t} payload does not read")))?
             }
         };
         match t {
@@ -492,7 +499,7 @@ impl<'p> Fold<'p> {
         let (Some(model), Some(usage)) = (&f.model, f.response.as_ref().and_then(|r| r.usage.as_ref())) else {
             return Err(self.corrupt(
                 sequence,
-                "harness.model.responded without a well-formed model and response.usage".into(),
+                "harness.model.responded without model or response.usage".into(),
             ));
         };
         let tokens = Tokens {

@@ -263,7 +263,7 @@ fn a_long_run_reports_its_first_corrupt_event_in_sequence_order() {
     expect(
         &both,
         2 * BATCH as u64 + 8,
-        "harness.model.responded without a well-formed model and response.usage",
+        "the harness.model.responded payload's response is not what a harness.model.responded carries there",
     );
     // And a later one does not hide an earlier unparsable envelope.
     let mut both = rows.clone();
@@ -291,17 +291,14 @@ fn extra_fields_of_another_type_under_a_name_the_fold_reads_are_ignored() {
         ),
     ];
     let extras = [
-        event(
-            "RunStarted",
-            json!({"workflowVersionId": 5, "runId": ["x"], "supervise": "yes"}),
-        ),
+        event("RunStarted", json!({"model": 5, "runId": ["x"], "supervise": "yes"})),
         event(
             "StepStarted",
-            json!({"stepPath": "a", "model": "gpt-6-sol", "stepKind": {"k": 1}, "groupId": 7}),
+            json!({"stepPath": "a", "model": "gpt-6-sol", "outputRef": {"k": 1}, "groupId": 7}),
         ),
         event(
             "StepCompleted",
-            json!({"stepPath": "a", "output": 1, "response": "sk-live-SECRET123", "outputRef": false}),
+            json!({"stepPath": "a", "output": 1, "response": "sk-live-SECRET123", "stepKind": false}),
         ),
         event(
             "harness.model.responded",
@@ -334,8 +331,28 @@ fn extra_fields_of_another_type_under_a_name_the_fold_reads_are_ignored() {
         .try_for_each(|env| fold.push(env))
         .unwrap_err();
     assert_eq!(err.code(), "EVENT_LOG_CORRUPT");
-    assert!(err.to_string().contains("without a well-formed model"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("the harness.model.responded payload's model is not what"),
+        "{err}"
+    );
     assert!(!err.to_string().contains("SECRET"), "{err}");
+    // Also one the fold could read past: a step path of another type would move the call's cost
+    // off its step, and a step's completion would be dropped.
+    for (i, field) in [(3, "stepPath"), (2, "stepPath"), (0, "workflowVersionId")] {
+        let mut bad = plain.clone();
+        bad[i]["payload"][field] = json!(7);
+        let mut fold = Fold::new("run_x", pricing);
+        let err = envelopes("run_x", &bad)
+            .iter()
+            .try_for_each(|env| fold.push(env))
+            .unwrap_err();
+        assert_eq!(err.code(), "EVENT_LOG_CORRUPT", "{field}");
+        assert!(
+            err.to_string().contains(&format!("payload's {field} is not what")),
+            "{err}"
+        );
+    }
     // So is a payload that is not an object.
     let mut bad = plain.clone();
     bad[1]["payload"] = json!("sk-live-SECRET123");
