@@ -413,7 +413,11 @@ export type EventEnvelope = {
 /** What to append. */
 export interface AppendEventInput {
   type: string;
-  payload: Record<string, unknown>;
+  /**
+   * A plain object (not an array). Typed `object`, so a value of an interface type, which has no
+   * index signature, is taken as it is.
+   */
+  payload: Readonly<Record<string, unknown>> | object;
   /** Required for every type that starts with `harness.`. */
   appendIdempotencyKey?: string;
 }
@@ -705,7 +709,8 @@ function isDetached(u8: Uint8Array): boolean {
 
 /**
  * Read an artifact by reference (`artifact://art_…` or `art_…`), re-hashing its bytes. Throws
- * `ArtifactNotFoundError`, `ArtifactHashMismatchError` or `ArtifactManifestCorruptError`.
+ * `ArtifactNotFoundError`, `ArtifactHashMismatchError` or `ArtifactManifestCorruptError`, and
+ * `RuntimeIntegrityError` when a manifest's blob is missing.
  */
 export async function readArtifact(world: World, ref: string): Promise<ReadArtifactResult> {
   const handle = nativeOf(world);
@@ -1158,6 +1163,12 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
 
 /** A run event or session event without its envelope: `{ type: 'node:completed', nodeId, … }`. */
 export type RunEventDraft = { type: string; [field: string]: unknown };
+
+/**
+ * What the append functions take: a draft, or a value of an interface type with a string `type`
+ * (an interface has no index signature, so it is not a {@link RunEventDraft} to TypeScript).
+ */
+type DraftInput = RunEventDraft | { readonly type: string };
 /** A session event without its envelope: `{ type: 'session:turn_started', … }`. */
 export type SessionEventDraft = RunEventDraft;
 
@@ -1230,7 +1241,7 @@ function asRunEvent<T>(env: EventEnvelope, idKey: 'runId' | 'sessionId'): T {
  * micro-cents and token counts, the seed's refinements; no credential anywhere; nothing after the
  * run's terminal event and exactly one terminal per node). Resolves with the stored event.
  */
-export async function appendRunEvent(world: World, runId: string, event: RunEventDraft): Promise<RunEvent> {
+export async function appendRunEvent(world: World, runId: string, event: DraftInput): Promise<RunEvent> {
   const handle = nativeOf(world);
   checkRunIdType(runId);
   const text = checkDraft(event, runId);
@@ -1240,7 +1251,7 @@ export async function appendRunEvent(world: World, runId: string, event: RunEven
 }
 
 /** Append a session event (`session:*` and the dual-envelope types); sessions are numbered on their own. */
-export async function appendSessionEvent(world: World, sessionId: string, event: SessionEventDraft): Promise<SessionEvent> {
+export async function appendSessionEvent(world: World, sessionId: string, event: DraftInput): Promise<SessionEvent> {
   const handle = nativeOf(world);
   checkRunIdType(sessionId, 'sessionId');
   const text = checkDraft(event, sessionId);

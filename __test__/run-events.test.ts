@@ -468,6 +468,14 @@ describe('reading run-event logs written by a newer writer', () => {
     expect(refused.details.sequences).toEqual([s3, s4]);
     expect(refused.message).toContain('iteration:started');
     expect(refused.message).toContain('cost:attempt_settled_v2');
+    expect(refused.message).toContain('a run event of a newer version needs a newer @little-workflow/world');
+    // Seed 000's events under a run id that also holds run events: the message says so, not "upgrade".
+    await appendEvent(world, 'run_mixed', { type: 'RunStarted', payload: {} });
+    await appendRunEvent(world, 'run_mixed', { type: 'node:started', nodeId: 'n1', nodeType: 'agent' });
+    const mixed = await rejection(loadRunEventLogForReplay(world, 'run_mixed'));
+    expect(mixed.message).toContain('sequence 1 (RunStarted)');
+    expect(mixed.message).toContain("events of seed 000's event log (appended with appendEvent) are not run events");
+    expect(mixed.message).not.toContain('newer');
     // A generic fact whose type holds a credential is refused for replay without showing it.
     const secret = `sk-ant-api03-${'Xy7Q'.repeat(10)}`;
     await appendEvent(world, 'run_typed', { type: `node:${secret}`, payload: {} });

@@ -8,7 +8,8 @@
 //   little serve             the inspector page and a read-only API (Server-Sent Events)
 //
 // Every command takes --data-dir DIR (default ./.little-workflow) and --help.
-// Exit codes: 0 ok, 1 problems found (or the world could not be read), 2 usage error.
+// Exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read, or
+// a replay refused; 2 a usage error, including a data directory that holds no world.
 'use strict';
 
 const { existsSync } = require('node:fs');
@@ -27,7 +28,12 @@ commands:
 
 options:
   --data-dir DIR    the world's data directory (default: ./.little-workflow)
-  -h, --help        show help for a command`,
+  -h, --help        show help for a command
+
+little only reads: it opens the world read-only and never changes it.
+
+exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read,
+or a replay refused; 2 a usage error, including a data directory that holds no world.`,
   events: `usage: little events <runId> [--data-dir DIR]
 
 Prints every committed event of <runId> in sequence order, one canonical JSON envelope per line.`,

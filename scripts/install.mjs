@@ -1,8 +1,9 @@
 // `npm install` hook: make sure a native addon that fits this machine is in place.
 //
-// In a source checkout (Cargo.toml and src/ present) the addon is always built from source with
-// `napi build --release`; cargo only rebuilds what changed. In an installed package, a prebuilt
-// binary that loads is used as is, and only when none fits is it built from source with cargo.
+// In a source checkout the addon is always built from source with `napi build --release`; cargo
+// only rebuilds what changed. In an installed package, a prebuilt binary that loads is used as
+// is, and only when none fits is it built from source with cargo. An installed package carries
+// the Rust sources too (for that build), so a checkout is told by world.ts, which is not published.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -11,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const require = createRequire(import.meta.url);
-const isSourceCheckout = existsSync(join(root, 'Cargo.toml')) && existsSync(join(root, 'src', 'lib.rs'));
+const isSourceCheckout = existsSync(join(root, 'world.ts')) && existsSync(join(root, 'Cargo.toml'));
 
 function run(cmd, args) {
   console.log(`[@little-workflow/world] ${cmd} ${args.join(' ')}`);

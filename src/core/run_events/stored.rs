@@ -87,10 +87,17 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
         } else {
             String::new()
         };
+        // Rows appended with appendEvent are the usual cause (a run id given both kinds of
+        // event); a run event of a newer version is the other.
+        let why = if dropped.iter().all(|(_, t)| crate::core::events::known::is_known(t)) {
+            "events of seed 000's event log (appended with appendEvent) are not run events: a stream holds run events only, so give the two kinds of event different run ids"
+        } else {
+            "an event appended with appendEvent is not a run event (give the two kinds of event different run ids), and a run event of a newer version needs a newer @little-workflow/world"
+        };
         return Err(WorldError::ReplayRefused {
             run_id: stream_id.to_string(),
             reason: format!(
-                "{} row(s) of a type this build does not know would be dropped, and a replay cannot skip what it does not understand: {}{more}; upgrade @little-workflow/world",
+                "{} row(s) that are not run events this build knows would be dropped, and a replay cannot skip what it does not understand: {}{more}; {why}",
                 dropped.len(),
                 shown.join(", ")
             ),

@@ -1,0 +1,38 @@
+// What TypeScript accepts: `npm run lint` type-checks this file (its @ts-expect-error lines must be
+// errors), and Vitest runs it.
+import { describe, expect, it } from 'vitest';
+import { appendEvent, appendRunEvent, appendSessionEvent, EventValidationError, virtualWorld } from '@little-workflow/world';
+import { rejection, track } from './helpers';
+
+// Values of interface types have no index signature, so they are not Record<string, unknown>s;
+// the append functions used to refuse them at compile time.
+interface StepPayload {
+  stepPath: string;
+  attempt: number;
+}
+interface NodeStarted {
+  type: 'node:started';
+  nodeId: string;
+  nodeType: string;
+}
+
+describe('the types of the append functions', () => {
+  it('take payloads and drafts of interface types, and object literals with any fields', async () => {
+    const world = track(virtualWorld());
+    const payload: StepPayload = { stepPath: 'a', attempt: 1 };
+    expect((await appendEvent(world, 'run_t', { type: 'StepStarted', payload })).payload).toEqual(payload);
+    await appendEvent(world, 'run_t', { type: 'Note', payload: { anything: [1], at: 'all' } });
+    const draft: NodeStarted = { type: 'node:started', nodeId: 'n1', nodeType: 'agent' };
+    expect((await appendRunEvent(world, 'run_r', draft)).nodeId).toBe('n1');
+    await appendRunEvent(world, 'run_r', { type: 'node:completed', nodeId: 'n1', durationMs: 5, output: { text: 'ok' }, tokensUsed: { input: 1, output: 1, model: 'm' } });
+    await appendSessionEvent(world, 'ses_t', { type: 'session:turn_started' });
+  });
+
+  it('still refuse what is not an object, at compile time and at run time', async () => {
+    const world = track(virtualWorld());
+    // @ts-expect-error a payload is an object
+    expect(await rejection(appendEvent(world, 'run_t', { type: 'x', payload: 5 }))).toBeInstanceOf(EventValidationError);
+    // @ts-expect-error a draft has a type
+    expect(await rejection(appendRunEvent(world, 'run_r', { nodeId: 'n1' }))).toBeInstanceOf(EventValidationError);
+  });
+});
