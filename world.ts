@@ -346,8 +346,12 @@ function handleOf(world: World): NativeWorld {
 /** The native handle of an open world. A closed one says so before any argument is looked at. */
 function nativeOf(world: World): NativeWorld {
   const handle = handleOf(world);
-  if (handle.closed) throw new WorldClosedError('WORLD_CLOSED', 'the world is closed', {});
+  if (handle.closed) throw closedError();
   return handle;
+}
+
+function closedError(): WorldClosedError {
+  return new WorldClosedError('WORLD_CLOSED', 'the world is closed', {});
 }
 
 function options<T extends object>(value: T | undefined, name: string): Partial<T> {
@@ -450,8 +454,9 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
   // Not an async function: an append is on every hot path, and each promise layer costs a
   // microtask. Errors found here still reject the returned promise; nothing is thrown.
   let pending: Promise<string>;
+  let handle: NativeWorld | undefined;
   try {
-    const handle = nativeOf(world);
+    handle = handleOf(world);
     checkRunIdType(runId);
     if (!isPlainRecord(input)) invalid('input', 'must be an object with type and payload', runId);
     const { type, payload, appendIdempotencyKey } = input;
@@ -468,7 +473,9 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
     const payloadJson = toJsonText(payload, 'payload', runId, beside, type.includes(':'));
     pending = handle.append(runId, type, payloadJson, appendIdempotencyKey, beside.length > 0 ? beside : undefined);
   } catch (err) {
-    return Promise.reject(fromNative(err));
+    // As nativeOf, a closed world says so rather than what is wrong with the arguments; asked
+    // only once they are refused, so that an append does not pay for it (the core checks too).
+    return Promise.reject(handle?.closed ? closedError() : fromNative(err));
   }
   return pending.then(
     (text) => {
