@@ -18,7 +18,9 @@ import {
   type EventEnvelope,
   type World,
 } from '@little-workflow/world';
-import { worldKinds, rejection } from './helpers';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { worldKinds, rejection, tempDir, track } from './helpers';
 
 const jcs = (v: unknown): string => canonicalizeOracle(v) as string;
 const sha256hex = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
@@ -281,6 +283,40 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
     expect(err).toBeInstanceOf(WorldClosedError);
     expect(err.code).toBe('WORLD_CLOSED');
     expect(await rejection(listEvents(world, 'run_c'))).toBeInstanceOf(WorldClosedError);
+  });
+});
+
+describe('a keyed retry after an upgrade', () => {
+  // A runtime resuming after an upgrade retries what it may have committed. A rule added since
+  // (here: a session's cached tokens cannot exceed its input tokens) must not refuse the retry
+  // of an append an earlier version stored: it gets the stored envelope back.
+  it('returns the envelope an earlier version stored, though this version refuses its payload', async () => {
+    const dataDir = tempDir();
+    await track(localWorld({ dataDir })).close();
+    const runId = 'run_upgraded';
+    const type = 'harness.session.completed';
+    const key = 'session-1';
+    const payload = { runId: 'run_child', usage: { inputTokens: 10, outputTokens: 1, cachedInputTokens: 20, reasoningTokens: 0 } };
+    const digest = `sha256:${sha256hex(jcs({ runId, type, payload }))}`;
+    const eventId = `evt_${sha256hex(jcs({ runId, sequence: 1, type, payload })).slice(0, 16)}`;
+    const recordedAt = '2026-11-01T00:00:00.000Z';
+    const envelope = jcs({ eventId, runId, sequence: 1, type, appendIdempotencyKey: key, canonicalRequestDigest: digest, recordedAt, payload });
+    const db = new Database(join(dataDir, 'events', 'events.db'));
+    db.prepare('INSERT INTO events (run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(runId, 1, eventId, type, key, digest, recordedAt, envelope);
+    db.close();
+
+    const world = track(localWorld({ dataDir }));
+    const retry = await appendEvent(world, runId, { type, appendIdempotencyKey: key, payload });
+    expect(retry.eventId).toBe(eventId);
+    expect(retry.recordedAt).toBe(recordedAt);
+    // Anything else with that payload is refused for it, and nothing is written.
+    for (const [k, p] of [['session-2', payload], [key, { ...payload, usage: { ...payload.usage, cachedInputTokens: 30 } }]] as const) {
+      const err = await rejection(appendEvent(world, runId, { type, appendIdempotencyKey: k, payload: p }));
+      expect(err).toBeInstanceOf(EventValidationError);
+      expect(err.path).toBe('payload.usage.cachedInputTokens');
+    }
+    expect((await listEvents(world, runId)).length).toBe(1);
   });
 });
 

@@ -71,6 +71,11 @@ pub struct PreparedAppend {
     /// the append has passed every check against the stored rows, so that a refused append
     /// (an idempotency conflict, a run already ended) leaves no artifact behind.
     pub spill: Option<Spill>,
+    /// Why a keyed append's payload is refused, told by the writer only once it has looked the key
+    /// up: a retry of an append stored before gets its envelope back, as every retry does, even
+    /// when a rule added since refuses the payload (an earlier version stored it under looser
+    /// rules). Such an append writes nothing else.
+    pub refused: Option<WorldError>,
 }
 
 /// A seed-004 budget estimate (ADR-0074): `budget:estimate_committed` commits an amount to a
@@ -169,6 +174,16 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     }
     let mut terminal = None;
     let mut estimate = None;
+    // A keyed append's refusal for what its payload holds waits for the writer (see `refused`).
+    let mut refused = None;
+    let keyed = req.key.is_some();
+    let mut defer = |checked: Result<()>| match checked {
+        Err(e) if keyed && e.code() == "EVENT_VALIDATION" => {
+            refused = Some(e);
+            Ok(())
+        }
+        other => other,
+    };
     if let Some(stream) = req.draft {
         // A seed-004 draft: strictly validated as its stream's vocabulary; its own `type` field
         // becomes the envelope's type and the rest the payload.
@@ -183,8 +198,8 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         // A colon-namespaced type this build knows is held to the run-event vocabulary exactly as
         // appendRunEvent holds it; an unknown one is a generic fact (a newer writer's).
         let p = JsonPath::new("payload").render();
-        run_events::validate_event(Stream::Run, &req.event_type, &payload)
-            .map_err(|e| rebase(e, "event", &p).for_run(run))?;
+        defer(run_events::validate_event(Stream::Run, &req.event_type, &payload).map_err(|e| rebase(e, "event", &p)))
+            .map_err(|e| e.for_run(run))?;
         terminal = terminal_of(&req.event_type, &payload);
         estimate = estimate_of(&req.event_type, &payload, "payload");
     }
@@ -204,8 +219,16 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         )
         .for_run(run));
     }
-    check_payload(&req.event_type, &payload, artifacts).map_err(|e| e.for_run(run))?;
-    let spill = offload_large_values(&req.event_type, &mut payload, run, artifacts);
+    defer(check_payload(&req.event_type, &payload, artifacts)).map_err(|e| e.for_run(run))?;
+    let refused = refused.map(|e| e.for_run(run));
+    let (terminal, estimate, spill) = match refused {
+        Some(_) => (None, None, None),
+        None => (
+            terminal,
+            estimate,
+            offload_large_values(&req.event_type, &mut payload, run, artifacts),
+        ),
+    };
     let mut text = Vec::with_capacity(capacity);
     EnvelopeFields {
         event_id: EVENT_ID_PLACEHOLDER,
@@ -244,6 +267,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         terminal,
         estimate,
         spill,
+        refused,
     })
 }
 
@@ -526,6 +550,9 @@ fn append_one<'b>(
             if &found.digest == digest {
                 return Ok(found.envelope);
             }
+            if let Some(refusal) = &item.refused {
+                return Err(refusal.clone());
+            }
             return Err(WorldError::IdempotencyConflict {
                 run_id: item.run_id.clone(),
                 key: key.clone(),
@@ -534,6 +561,9 @@ fn append_one<'b>(
                 request_digest: digest.clone(),
             });
         }
+    }
+    if let Some(refusal) = &item.refused {
+        return Err(refusal.clone());
     }
     let cursor = match next.get(run) {
         Some(&c) => c,

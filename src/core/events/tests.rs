@@ -27,8 +27,14 @@ fn req(run: &str, t: &str, payload: serde_json::Value, key: Option<&str>) -> App
     }
 }
 
+/// An append prepared, or why it is refused: also a keyed append's refusal, which `prepare` leaves
+/// for the writer to tell (see `PreparedAppend::refused`).
 fn prep(r: AppendRequest) -> Result<PreparedAppend> {
-    prepare(r, &NoArtifacts)
+    let p = prepare(r, &NoArtifacts)?;
+    match p.refused {
+        Some(e) => Err(e),
+        None => Ok(p),
+    }
 }
 
 fn validation_path(e: WorldError) -> String {
@@ -351,5 +357,42 @@ fn envelopes_finished_in_their_prepared_heads_are_the_canonical_json_of_their_fi
                 }
             }
         }
+    }
+}
+
+/// A retry of an append stored before gets its envelope back, even when a rule added since
+/// refuses its payload: a runtime resuming after an upgrade retries what it may have committed.
+#[test]
+fn a_keyed_retry_of_an_append_stored_under_looser_rules_returns_it() {
+    let at = "2026-01-01T00:00:00.000Z";
+    let session = |cached: u64| json!({"runId": "run_child", "usage": {"inputTokens": 10, "outputTokens": 1, "cachedInputTokens": cached, "reasoningTokens": 0}});
+    for (mut w, r, _dir) in backends() {
+        let keyed = |cached: u64, key: &str| req("run_a", "harness.session.completed", session(cached), Some(key));
+        // Stored as an earlier version stored it: this version refuses cached above input tokens.
+        let mut stored = prepare(keyed(20, "k"), &NoArtifacts).unwrap();
+        assert!(stored.refused.take().is_some());
+        let first = commit_batch(&mut *w, &NoArtifacts, &mut [stored], at)
+            .remove(0)
+            .unwrap();
+
+        let mut retry = [prepare(keyed(20, "k"), &NoArtifacts).unwrap()];
+        assert_eq!(
+            commit_batch(&mut *w, &NoArtifacts, &mut retry, at).remove(0).unwrap(),
+            first
+        );
+        // The payload is still refused under another key, and another payload under this key
+        // is refused for what it holds (not as a conflict); in a group too.
+        let mut group = [
+            prepare(keyed(20, "k2"), &NoArtifacts).unwrap(),
+            prepare(keyed(30, "k"), &NoArtifacts).unwrap(),
+            prepare(keyed(20, "k"), &NoArtifacts).unwrap(),
+        ];
+        let out = commit_batch(&mut *w, &NoArtifacts, &mut group, at);
+        for refused in &out[..2] {
+            let e = refused.clone().unwrap_err();
+            assert_eq!(validation_path(e), "payload.usage.cachedInputTokens");
+        }
+        assert_eq!(out[2].clone().unwrap(), first);
+        assert_eq!(r.last_sequence("run_a").unwrap(), 1);
     }
 }
