@@ -417,11 +417,7 @@ export type EventEnvelope = {
 /** What to append. */
 export interface AppendEventInput {
   type: string;
-  /**
-   * A plain object (not an array). Typed `object`, so a value of an interface type, which has no
-   * index signature, is taken as it is.
-   */
-  payload: Readonly<Record<string, unknown>> | object;
+  payload: Record<string, unknown>;
   /** Required for every type that starts with `harness.`. */
   appendIdempotencyKey?: string;
 }
@@ -446,11 +442,18 @@ function wellFormed(path: string, value: string, runId?: string): void {
 }
 
 /**
+ * {@link appendEvent} with a payload of an interface type, which has no index signature and so is
+ * no `Record<string, unknown>` to TypeScript. (Declared first, so that `Parameters<typeof
+ * appendEvent>`, which reads the last declaration, still names {@link AppendEventInput}.)
+ */
+export function appendEvent(world: World, runId: string, input: Omit<AppendEventInput, 'payload'> & { payload: object }): Promise<EventEnvelope>;
+/**
  * Append an event to a run's log. Resolves with the committed, deep-frozen envelope once its row
  * is committed (as durably as the world's `durability` says). A rejected append writes nothing
  * and consumes no sequence number.
  */
-export function appendEvent(world: World, runId: string, input: AppendEventInput): Promise<EventEnvelope> {
+export function appendEvent(world: World, runId: string, input: AppendEventInput): Promise<EventEnvelope>;
+export function appendEvent(world: World, runId: string, input: AppendEventInput | (Omit<AppendEventInput, 'payload'> & { payload: object })): Promise<EventEnvelope> {
   // Not an async function: an append is on every hot path, and each promise layer costs a
   // microtask. Errors found here still reject the returned promise; nothing is thrown.
   let pending: Promise<string>;
@@ -1040,6 +1043,16 @@ type Watching = { subscribers: number; stop: () => void };
 const WATCH_DELAY_MS = 3;
 
 /**
+ * When, after that first wake, the subscribers are woken again (each delay counted from the one
+ * before), unless new changes start over. SQLite makes a commit visible through shared memory,
+ * which reports nothing, after the commit's last reported write; on a busy machine the writer
+ * can be descheduled in between for longer than `WATCH_DELAY_MS`, and the first wake then finds
+ * nothing. Without these, such an event waited for the poll (or, with the poll's timer held back
+ * by fake timers, for ever).
+ */
+const WATCH_LATE_MS = [20, 80, 400];
+
+/**
  * Wake the world's subscribers whenever its log files change, as another process's commit
  * changes them, until the returned function is called: they see such events at once instead of
  * at their next poll (which stays, should the file system not report changes, as on some network
@@ -1054,14 +1067,24 @@ function watchForOtherWriters(world: World): () => void {
   let entry = watchers.get(world);
   if (entry === undefined) {
     let pending: ReturnType<typeof after> | undefined;
+    let firstDelay = false;
     let watcher: FSWatcher;
+    // Wake now, then again after each of WATCH_LATE_MS from `late` on.
+    const wakeThenLater = (late: number) => {
+      pending = undefined;
+      wakeSubscribers(world);
+      if (late < WATCH_LATE_MS.length) pending = after(() => wakeThenLater(late + 1), WATCH_LATE_MS[late]).unref();
+    };
     try {
       // Not persistent: the watcher adds nothing to what keeps the process alive. (A waiting
       // subscriber's poll timer does, as a live tail should, until it is aborted or the world closes.)
       watcher = watch(join(dataDir, 'events'), { persistent: false }, () => {
-        pending ??= after(() => {
-          pending = undefined;
-          wakeSubscribers(world);
+        if (firstDelay) return; // joins the wake already due
+        cancel(pending); // a change during the late wakes starts over
+        firstDelay = true;
+        pending = after(() => {
+          firstDelay = false;
+          wakeThenLater(0);
         }, WATCH_DELAY_MS).unref();
       });
     } catch {
@@ -1172,10 +1195,10 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
 export type RunEventDraft = { type: string; [field: string]: unknown };
 
 /**
- * What the append functions take: a draft, or a value of an interface type with a string `type`
- * (an interface has no index signature, so it is not a {@link RunEventDraft} to TypeScript).
+ * A draft of an interface type: an interface has no index signature, so it is no
+ * {@link RunEventDraft} to TypeScript. The append functions take both.
  */
-type DraftInput = RunEventDraft | { readonly type: string };
+export type InterfaceDraft = { readonly type: string };
 /** A session event without its envelope: `{ type: 'session:turn_started', … }`. */
 export type SessionEventDraft = RunEventDraft;
 
@@ -1243,12 +1266,15 @@ function asRunEvent<T>(env: EventEnvelope, idKey: 'runId' | 'sessionId'): T {
   return Object.freeze({ ...env.payload, type: env.type, [idKey]: env.runId, timestamp: env.recordedAt, sequenceNumber: env.sequence }) as T;
 }
 
+/** {@link appendRunEvent} with a draft of an interface type (see {@link InterfaceDraft}). */
+export async function appendRunEvent(world: World, runId: string, event: InterfaceDraft): Promise<RunEvent>;
 /**
  * Append a run event, validated strictly on write (its type, fields, closed enums, integer
  * micro-cents and token counts, the seed's refinements; no credential anywhere; nothing after the
  * run's terminal event and exactly one terminal per node). Resolves with the stored event.
  */
-export async function appendRunEvent(world: World, runId: string, event: DraftInput): Promise<RunEvent> {
+export async function appendRunEvent(world: World, runId: string, event: RunEventDraft): Promise<RunEvent>;
+export async function appendRunEvent(world: World, runId: string, event: RunEventDraft | InterfaceDraft): Promise<RunEvent> {
   const handle = nativeOf(world);
   checkRunIdType(runId);
   const text = checkDraft(event, runId);
@@ -1257,8 +1283,11 @@ export async function appendRunEvent(world: World, runId: string, event: DraftIn
   return asRunEvent<RunEvent>(env, 'runId');
 }
 
+/** {@link appendSessionEvent} with a draft of an interface type (see {@link InterfaceDraft}). */
+export async function appendSessionEvent(world: World, sessionId: string, event: InterfaceDraft): Promise<SessionEvent>;
 /** Append a session event (`session:*` and the dual-envelope types); sessions are numbered on their own. */
-export async function appendSessionEvent(world: World, sessionId: string, event: DraftInput): Promise<SessionEvent> {
+export async function appendSessionEvent(world: World, sessionId: string, event: SessionEventDraft): Promise<SessionEvent>;
+export async function appendSessionEvent(world: World, sessionId: string, event: SessionEventDraft | InterfaceDraft): Promise<SessionEvent> {
   const handle = nativeOf(world);
   checkRunIdType(sessionId, 'sessionId');
   const text = checkDraft(event, sessionId);

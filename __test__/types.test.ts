@@ -1,7 +1,15 @@
 // What TypeScript accepts: `npm run lint` type-checks this file (its @ts-expect-error lines must be
 // errors), and Vitest runs it.
 import { describe, expect, it } from 'vitest';
-import { appendEvent, appendRunEvent, appendSessionEvent, EventValidationError, virtualWorld } from '@little-workflow/world';
+import {
+  appendEvent,
+  appendRunEvent,
+  appendSessionEvent,
+  EventValidationError,
+  virtualWorld,
+  type AppendEventInput,
+  type RunEventDraft,
+} from '@little-workflow/world';
 import { rejection, track } from './helpers';
 
 // Values of interface types have no index signature, so they are not Record<string, unknown>s;
@@ -26,6 +34,23 @@ describe('the types of the append functions', () => {
     expect((await appendRunEvent(world, 'run_r', draft)).nodeId).toBe('n1');
     await appendRunEvent(world, 'run_r', { type: 'node:completed', nodeId: 'n1', durationMs: 5, output: { text: 'ok' }, tokensUsed: { input: 1, output: 1, model: 'm' } });
     await appendSessionEvent(world, 'ses_t', { type: 'session:turn_started' });
+  });
+
+  it('keep the types code written against them reads back', async () => {
+    const world = track(virtualWorld());
+    // An input built first and then stamped, read and passed on, as before the overloads.
+    const input: AppendEventInput = { type: 'StepStarted', payload: { stepPath: 'a' } };
+    input.payload.attempt = 2;
+    const asRecord: Record<string, unknown> = input.payload;
+    expect(asRecord.stepPath).toBe('a');
+    await appendEvent(world, 'run_t', input);
+    // Parameters<> reads the last declaration: the record and draft types, with their fields.
+    const viaParameters: Parameters<typeof appendEvent>[2] = { type: 'StepStarted', payload: { stepPath: 'b' } };
+    expect(viaParameters.payload.stepPath).toBe('b');
+    const draft: Parameters<typeof appendRunEvent>[2] = { type: 'node:started', nodeId: 'n2', nodeType: 'agent' };
+    const sameDraft: RunEventDraft = draft;
+    expect(sameDraft.nodeId).toBe('n2');
+    await appendRunEvent(world, 'run_r2', draft);
   });
 
   it('still refuse what is not an object, at compile time and at run time', async () => {

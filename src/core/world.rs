@@ -228,8 +228,17 @@ impl World {
             let write_tx = write_tx.clone();
             let pending = prep_pending.clone();
             let unsettled = unsettled.clone();
+            let reader = reader.clone();
             spawn("little-world-prep", move || {
-                prep_loop(prep_rx, write_tx, &artifacts, &*completer, &pending, &unsettled)
+                prep_loop(
+                    prep_rx,
+                    write_tx,
+                    &artifacts,
+                    &*reader,
+                    &*completer,
+                    &pending,
+                    &unsettled,
+                )
             });
         }
         {
@@ -329,6 +338,14 @@ impl World {
             && submit.unsettled.load(Ordering::Acquire) == 0
         {
             let prepared = events::prepare(req, &*self.inner.artifacts)?;
+            if prepared.refused.is_some() {
+                // Answered by a read of its key, off this thread, and never by the writer.
+                let reader = self.inner.reader.clone();
+                Pool::global().run(self.inner.completer.clone(), ticket, move || {
+                    events::answer_refused(&*reader, prepared).map(Output::Json)
+                });
+                return Ok(());
+            }
             submit.unsettled.fetch_add(1, Ordering::AcqRel);
             if submit.write.send(WriteMsg::Append(ticket, prepared)).is_err() {
                 submit.unsettled.fetch_sub(1, Ordering::AcqRel);
@@ -587,6 +604,7 @@ fn prep_loop(
     rx: Receiver<PrepMsg>,
     tx: Sender<WriteMsg>,
     artifacts: &ArtifactStore,
+    reader: &dyn LogReader,
     completer: &dyn Completer,
     pending: &AtomicUsize,
     unsettled: &AtomicUsize,
@@ -598,6 +616,12 @@ fn prep_loop(
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| events::prepare(req, artifacts)))
                         .unwrap_or_else(|p| Err(panic_error(p)));
                 match prepared {
+                    // Answered by a read of its key, and never by the writer.
+                    Ok(p) if p.refused.is_some() => {
+                        unsettled.fetch_sub(1, Ordering::AcqRel);
+                        let answer = events::answer_refused(reader, p).map(Output::Json);
+                        completer.complete(vec![(ticket, answer)]);
+                    }
                     Ok(p) => {
                         let _ = tx.send(WriteMsg::Append(ticket, p));
                     }

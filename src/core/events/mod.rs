@@ -17,7 +17,7 @@ use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
 use crate::core::run_events::{self, Stream};
-use crate::core::store::{LogTx, LogWriter, RowRef};
+use crate::core::store::{LogReader, LogTx, LogWriter, RowRef};
 use path::{JsonPath, Seg};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -71,10 +71,10 @@ pub struct PreparedAppend {
     /// the append has passed every check against the stored rows, so that a refused append
     /// (an idempotency conflict, a run already ended) leaves no artifact behind.
     pub spill: Option<Spill>,
-    /// Why a keyed append's payload is refused, told by the writer only once it has looked the key
-    /// up: a retry of an append stored before gets its envelope back, as every retry does, even
-    /// when a rule added since refuses the payload (an earlier version stored it under looser
-    /// rules). Such an append writes nothing else.
+    /// Why a keyed append's payload is refused, told only once its key has been looked up (see
+    /// [`answer_refused`]): a retry of an append stored before gets its envelope back, as every
+    /// retry does, even when a rule added since refuses the payload (an earlier version stored
+    /// it under looser rules). Such an append never reaches the writer and writes nothing.
     pub refused: Option<WorldError>,
 }
 
@@ -153,6 +153,16 @@ pub trait Artifacts: Send + Sync {
 /// Outputs, args and results this large (as canonical JSON) or larger are stored as artifacts.
 pub const INLINE_LIMIT: usize = 256_000;
 
+/// A check's refusal kept for later (`Ok(Some(_))`) when it is a keyed append's refusal for what
+/// its payload holds (see [`PreparedAppend::refused`]); any other failure is returned.
+fn deferred(keyed: bool, checked: Result<()>) -> Result<Option<WorldError>> {
+    match checked {
+        Ok(()) => Ok(None),
+        Err(e) if keyed && e.code() == "EVENT_VALIDATION" => Ok(Some(e)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Check an append against every rule that does not depend on stored rows.
 pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<PreparedAppend> {
     match req.draft {
@@ -174,16 +184,10 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     }
     let mut terminal = None;
     let mut estimate = None;
-    // A keyed append's refusal for what its payload holds waits for the writer (see `refused`).
+    // A keyed append's refusal for what its payload holds is kept, not returned (see `refused`).
+    // Only the first counts, as when it was returned at once: no check after it runs.
     let mut refused = None;
     let keyed = req.key.is_some();
-    let mut defer = |checked: Result<()>| match checked {
-        Err(e) if keyed && e.code() == "EVENT_VALIDATION" => {
-            refused = Some(e);
-            Ok(())
-        }
-        other => other,
-    };
     if let Some(stream) = req.draft {
         // A seed-004 draft: strictly validated as its stream's vocabulary; its own `type` field
         // becomes the envelope's type and the rest the payload.
@@ -198,8 +202,9 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         // A colon-namespaced type this build knows is held to the run-event vocabulary exactly as
         // appendRunEvent holds it; an unknown one is a generic fact (a newer writer's).
         let p = JsonPath::new("payload").render();
-        defer(run_events::validate_event(Stream::Run, &req.event_type, &payload).map_err(|e| rebase(e, "event", &p)))
-            .map_err(|e| e.for_run(run))?;
+        let checked =
+            run_events::validate_event(Stream::Run, &req.event_type, &payload).map_err(|e| rebase(e, "event", &p));
+        refused = deferred(keyed, checked).map_err(|e| e.for_run(run))?;
         terminal = terminal_of(&req.event_type, &payload);
         estimate = estimate_of(&req.event_type, &payload, "payload");
     }
@@ -219,15 +224,16 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         )
         .for_run(run));
     }
-    defer(check_payload(&req.event_type, &payload, artifacts)).map_err(|e| e.for_run(run))?;
+    if refused.is_none() {
+        refused = deferred(keyed, check_payload(&req.event_type, &payload, artifacts)).map_err(|e| e.for_run(run))?;
+    }
     let refused = refused.map(|e| e.for_run(run));
+    // Large values are moved out of a refused payload too, so that its digest is the one stored
+    // for the same request before; nothing is stored for it.
+    let spill = offload_large_values(&req.event_type, &mut payload, run, artifacts);
     let (terminal, estimate, spill) = match refused {
         Some(_) => (None, None, None),
-        None => (
-            terminal,
-            estimate,
-            offload_large_values(&req.event_type, &mut payload, run, artifacts),
-        ),
+        None => (terminal, estimate, spill),
     };
     let mut text = Vec::with_capacity(capacity);
     EnvelopeFields {
@@ -269,6 +275,23 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         spill,
         refused,
     })
+}
+
+/// The answer to an append prepared with a refusal: the stored envelope when this very request
+/// (its key and digest) was stored before, else the refusal. A read, so it never waits for the
+/// writer or another process's write lock; if the read fails, the refusal stands.
+pub fn answer_refused(reader: &dyn LogReader, prepared: PreparedAppend) -> Result<String> {
+    let refusal = prepared.refused.unwrap_or_else(|| WorldError::RuntimeIntegrity {
+        reason: "an append without a refusal was answered as refused".into(),
+    });
+    if let (Some(key), Some(digest)) = (&prepared.key, &prepared.digest) {
+        if let Ok(Some(found)) = reader.find_by_key(&prepared.run_id, key) {
+            if &found.digest == digest {
+                return Ok(found.envelope);
+            }
+        }
+    }
+    Err(refusal)
 }
 
 impl PreparedAppend {

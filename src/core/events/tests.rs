@@ -394,5 +394,49 @@ fn a_keyed_retry_of_an_append_stored_under_looser_rules_returns_it() {
         }
         assert_eq!(out[2].clone().unwrap(), first);
         assert_eq!(r.last_sequence("run_a").unwrap(), 1);
+
+        // Also one whose large value was moved into an artifact: the retry's digest is taken
+        // after the same move (it used to be taken before, and never matched).
+        let big = |key: &str| {
+            let payload =
+                json!({"callId": "c", "durationMs": 1, "result": "x".repeat(300_000), "usage": {"costUsd": 1}});
+            req("run_a", "harness.tool_call.succeeded", payload, Some(key))
+        };
+        let mut stored = prepare(big("k3"), &NoArtifacts).unwrap();
+        assert!(stored.refused.take().is_some());
+        stored.spill = None; // NoArtifacts stores nothing anyway
+        let first = commit_batch(&mut *w, &NoArtifacts, &mut [stored], at)
+            .remove(0)
+            .unwrap();
+        assert!(
+            first.contains("\"resultRef\":\"artifact://art_00000000000000aa\""),
+            "{first}"
+        );
+        let retry = prepare(big("k3"), &NoArtifacts).unwrap();
+        assert!(retry.spill.is_none(), "a refused append stores no artifact");
+        assert_eq!(answer_refused(&*r, retry).unwrap(), first);
+        let other = prepare(big("k4"), &NoArtifacts).unwrap();
+        assert_eq!(
+            validation_path(answer_refused(&*r, other).unwrap_err()),
+            "payload.usage.costUsd"
+        );
+    }
+}
+
+/// A keyed append is refused for its first fault, as an unkeyed one is: a later check must not
+/// replace it (one that names a credential-like key, or another class of error).
+#[test]
+fn a_keyed_append_is_refused_for_the_same_fault_as_an_unkeyed_one() {
+    let secret = format!("sk-ant-api03-{}", "Xy7Q".repeat(10));
+    let payloads = [
+        json!({"nodeId": "n1", "nodeType": "agent", secret.clone(): {"usage": {"costUsd": 0.01}}}),
+        json!({"nodeId": 5, "nodeType": "agent", "note": "artifact://art_0000000000000000"}),
+    ];
+    for payload in payloads {
+        let unkeyed = prep(req("run_a", "node:started", payload.clone(), None)).unwrap_err();
+        let keyed = prep(req("run_a", "node:started", payload.clone(), Some("k"))).unwrap_err();
+        assert_eq!(keyed.code(), unkeyed.code(), "{keyed}");
+        assert_eq!(keyed.to_string(), unkeyed.to_string());
+        assert!(!keyed.to_string().contains("Xy7Q"), "{keyed}");
     }
 }

@@ -63,11 +63,6 @@ impl LogTx for MemoryTx<'_> {
     }
 
     fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
-        let keyed = |r: &StoredEvent| KeyedEvent {
-            sequence: r.sequence,
-            digest: r.digest.clone().unwrap_or_default(),
-            envelope: r.envelope.clone(),
-        };
         if let Some(r) = self
             .staged
             .iter()
@@ -75,10 +70,7 @@ impl LogTx for MemoryTx<'_> {
         {
             return Ok(Some(keyed(r)));
         }
-        Ok(self
-            .streams
-            .get(run_id)
-            .and_then(|s| s.keys.get(key).map(|&i| keyed(&s.rows[i]))))
+        Ok(committed_by_key(self.streams, run_id, key))
     }
 
     fn insert(&mut self, row: &RowRef<'_>) -> Result<()> {
@@ -283,4 +275,23 @@ impl LogReader for MemoryLog {
             .and_then(|s| s.rows.last())
             .map_or(0, |r| r.sequence))
     }
+
+    fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
+        Ok(committed_by_key(&self.lock(), run_id, key))
+    }
+}
+
+fn keyed(r: &StoredEvent) -> KeyedEvent {
+    KeyedEvent {
+        sequence: r.sequence,
+        digest: r.digest.clone().unwrap_or_default(),
+        envelope: r.envelope.clone(),
+    }
+}
+
+/// The committed row of `run_id` appended with `key`, if any.
+fn committed_by_key(streams: &Streams, run_id: &str, key: &str) -> Option<KeyedEvent> {
+    streams
+        .get(run_id)
+        .and_then(|s| s.keys.get(key).map(|&i| keyed(&s.rows[i])))
 }

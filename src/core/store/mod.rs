@@ -132,6 +132,8 @@ pub trait LogReader: Send + Sync {
     fn streams(&self) -> Result<Vec<StreamSummary>>;
     /// The highest committed sequence of `run_id`, 0 when it has none.
     fn last_sequence(&self, run_id: &str) -> Result<u64>;
+    /// The committed row of `run_id` appended with idempotency key `key`, if any.
+    fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>>;
 }
 
 #[cfg(test)]

@@ -378,21 +378,7 @@ impl LogTx for SqliteTx<'_> {
     }
 
     fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
-        self.conn
-            .prepare_cached(
-                "SELECT sequence, request_digest, envelope FROM events WHERE run_id = ?1 AND idempotency_key = ?2",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![run_id, key], |r| {
-                    Ok(KeyedEvent {
-                        sequence: r.get::<_, i64>(0)? as u64,
-                        digest: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                        envelope: r.get(2)?,
-                    })
-                })
-                .optional()
-            })
-            .map_err(|e| WorldError::sqlite("looking up an idempotency key", e))
+        find_by_key(self.conn, run_id, key)
     }
 
     fn insert(&mut self, row: &RowRef<'_>) -> Result<()> {
@@ -651,6 +637,28 @@ impl LogReader for SqliteReader {
     fn last_sequence(&self, run_id: &str) -> Result<u64> {
         self.with_conn(|conn| last_sequence(conn, run_id))
     }
+
+    fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
+        self.with_conn(|conn| find_by_key(conn, run_id, key))
+    }
+}
+
+/// The row of `run_id` appended with idempotency key `key`, as `conn` sees the store.
+fn find_by_key(conn: &Connection, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
+    conn.prepare_cached(
+        "SELECT sequence, request_digest, envelope FROM events WHERE run_id = ?1 AND idempotency_key = ?2",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![run_id, key], |r| {
+            Ok(KeyedEvent {
+                sequence: r.get::<_, i64>(0)? as u64,
+                digest: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                envelope: r.get(2)?,
+            })
+        })
+        .optional()
+    })
+    .map_err(|e| WorldError::sqlite("looking up an idempotency key", e))
 }
 
 #[cfg(test)]

@@ -348,3 +348,36 @@ fn a_read_only_open_needs_a_world_and_creates_nothing() {
         "{err:?}"
     );
 }
+
+/// A keyed append refused for its payload is answered by a read of its key, never by the writer:
+/// it does not wait for another process's write lock (it used to wait out the busy timeout and
+/// then fail with WORLD_IO), whether it was prepared on the caller's thread or the prep thread.
+#[test]
+fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let holder = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    for (ticket, pad) in [(1, 0), (2, 20_000)] {
+        let mut r = append("run_l", 0);
+        r.event_type = "harness.session.completed".into();
+        r.key = Some(format!("k{ticket}"));
+        r.payload_json = format!(
+            r#"{{"runId":"run_c","pad":"{}","usage":{{"inputTokens":1,"outputTokens":1,"cachedInputTokens":2,"reasoningTokens":0}}}}"#,
+            "p".repeat(pad)
+        );
+        world.append(ticket, r).unwrap();
+        let (t, out) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("answered while the lock is held");
+        assert_eq!(t, ticket);
+        assert!(
+            matches!(out, Err(WorldError::Validation { ref path, .. }) if path == "payload.usage.cachedInputTokens"),
+            "{out:?}"
+        );
+    }
+    holder.execute_batch("ROLLBACK").unwrap();
+    world.close(9).unwrap();
+    wait_all(&rx, 1);
+}
