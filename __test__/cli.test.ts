@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { appendEvent, canonicalize, listEvents, localWorld, writeArtifact } from '@little-workflow/world';
-import { packageRoot, tempDir } from './helpers';
+import { downgradeToSchema2, packageRoot, schemaVersion, tempDir } from './helpers';
 
 function little(...args: string[]) {
   const r = spawnSync(process.execPath, [join(packageRoot, 'bin', 'little.js'), ...args], { cwd: packageRoot, encoding: 'utf8' });
@@ -133,17 +133,12 @@ describe('little', () => {
 
   it('only looks: a world an earlier version wrote keeps its schema, so that version still opens it', async () => {
     const { dataDir } = await seededWorld();
-    const db = new Database(join(dataDir, 'events', 'events.db'));
-    db.exec('DROP TABLE estimates');
-    db.pragma('user_version = 2');
-    db.close();
+    downgradeToSchema2(dataDir);
     for (const args of [['runs'], ['events', 'run_cli'], ['replay', 'run_cli'], ['verify']]) {
       const r = little(...args, '--data-dir', dataDir);
       expect(r.code, `${args[0]}: ${r.stderr}`).toBe(0);
     }
-    const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
-    expect(check.pragma('user_version', { simple: true })).toBe(2);
-    check.close();
+    expect(schemaVersion(dataDir)).toBe(2);
   });
 
   it('says so, exiting 1, when a run id names no run (a typo is not an empty run)', async () => {

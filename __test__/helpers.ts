@@ -3,6 +3,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterEach } from 'vitest';
 import { localWorld, virtualWorld, type PricingRegistry, type World, type WorldError } from '@little-workflow/world';
 
@@ -51,3 +52,21 @@ export async function rejection(p: Promise<unknown>): Promise<WorldError> {
 
 /** The root of the package, for spawning scripts. */
 export const packageRoot = join(__dirname, '..');
+
+/** Take the world at `dataDir` back to schema 2, as the version before budget estimates left it. */
+export function downgradeToSchema2(dataDir: string): void {
+  const db = new Database(join(dataDir, 'events', 'events.db'));
+  db.exec('DROP TABLE estimates');
+  db.pragma('user_version = 2');
+  db.close();
+}
+
+/** The schema version of the world at `dataDir`, read without opening it as a world. */
+export function schemaVersion(dataDir: string): number {
+  const db = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
+  try {
+    return db.pragma('user_version', { simple: true }) as number;
+  } finally {
+    db.close();
+  }
+}

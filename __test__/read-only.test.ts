@@ -3,7 +3,6 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import {
   acquireOuterLoopLock,
@@ -24,7 +23,7 @@ import {
   writeArtifact,
   writeOuterLoopManifest,
 } from '@little-workflow/world';
-import { rejection, tempDir, track } from './helpers';
+import { downgradeToSchema2, rejection, schemaVersion, tempDir, track } from './helpers';
 
 /**
  * Every file under `dir` with its size and content hash, so any change to the directory shows;
@@ -97,16 +96,11 @@ describe('localWorld({ readOnly: true })', () => {
 
   it('does not upgrade a world an earlier version wrote, which that version can then still open', async () => {
     const { dataDir } = await seeded();
-    const db = new Database(join(dataDir, 'events', 'events.db'));
-    db.exec('DROP TABLE estimates');
-    db.pragma('user_version = 2');
-    db.close();
+    downgradeToSchema2(dataDir);
     const world = track(localWorld({ dataDir, readOnly: true }));
     expect((await listEvents(world, 'run_ro')).length).toBe(2);
     await world.close();
-    const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
-    expect(check.pragma('user_version', { simple: true })).toBe(2);
-    check.close();
+    expect(schemaVersion(dataDir)).toBe(2);
   });
 
   it('does not create or tidy anything: no directories, no cleanup of leftovers', async () => {

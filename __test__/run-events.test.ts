@@ -29,7 +29,7 @@ import {
   type RunEvent,
   type RunEventDraft,
 } from '@little-workflow/world';
-import { packageRoot, tempDir, track, worldKinds, rejection } from './helpers';
+import { downgradeToSchema2, packageRoot, schemaVersion, tempDir, track, worldKinds, rejection } from './helpers';
 
 type Examples = { types: Record<string, { stream: 'run' | 'session'; valid: RunEventDraft; invalid: { draft: RunEventDraft; path: string } }> };
 const examples = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'run-event-examples.json'), 'utf8')) as Examples;
@@ -370,11 +370,7 @@ describe('budget estimates stored before schema 3', () => {
       }
     }
     await world.close();
-    // Back to schema 2, as an earlier version left it.
-    const db = new Database(join(dataDir, 'events', 'events.db'));
-    db.exec('DROP TABLE estimates');
-    db.pragma('user_version = 2');
-    db.close();
+    downgradeToSchema2(dataDir);
     world = track(localWorld({ dataDir }));
     const release = (n: number) => appendRunEvent(world, 'run_old', { type: 'budget:estimate_released', model: 'm', releasedMicrocents: n, cumulativeConservativeMicrocents: Math.max(0, 30 - n) });
     const err = await rejection(release(31));
@@ -386,9 +382,7 @@ describe('budget estimates stored before schema 3', () => {
     expect((await rejection(releaseOf('exact2', max - 1))).message).toContain(`has only ${max - 2} committed`);
     await releaseOf('exact', max);
     await releaseOf('exact2', max - 2);
-    const check = new Database(join(dataDir, 'events', 'events.db'), { readonly: true });
-    expect(check.pragma('user_version', { simple: true })).toBe(3);
-    check.close();
+    expect(schemaVersion(dataDir)).toBe(3);
   });
 });
 
