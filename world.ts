@@ -1296,11 +1296,16 @@ export async function appendSessionEvent(world: World, sessionId: string, event:
   return asRunEvent<SessionEvent>(env, 'sessionId');
 }
 
+/** {@link listRunEvents} of a run: its run events, which {@link foldRunEvents} takes as they are. */
+export async function listRunEvents(world: World, runId: `run_${string}`): Promise<readonly RunEvent[]>;
+/** {@link listRunEvents} of a session: its session events. */
+export async function listRunEvents(world: World, sessionId: `ses_${string}`): Promise<readonly SessionEvent[]>;
 /**
  * The tolerant display read of a run's (or session's) events: a row of a type this build does not
  * know (a newer writer's) is dropped; a known type whose body does not parse throws
  * `EventLogCorruptError`.
  */
+export async function listRunEvents(world: World, streamId: string): Promise<readonly (RunEvent | SessionEvent)[]>;
 export async function listRunEvents(world: World, streamId: string): Promise<readonly (RunEvent | SessionEvent)[]> {
   const handle = nativeOf(world);
   checkRunIdType(streamId, 'streamId');

@@ -6,9 +6,13 @@ import {
   appendRunEvent,
   appendSessionEvent,
   EventValidationError,
+  foldRunEvents,
+  listRunEvents,
   virtualWorld,
   type AppendEventInput,
+  type RunEvent,
   type RunEventDraft,
+  type SessionEvent,
 } from '@little-workflow/world';
 import { rejection, track } from './helpers';
 
@@ -51,6 +55,19 @@ describe('the types of the append functions', () => {
     const sameDraft: RunEventDraft = draft;
     expect(sameDraft.nodeId).toBe('n2');
     await appendRunEvent(world, 'run_r2', draft);
+  });
+
+  it('type a listing by the kind of id it is given', async () => {
+    const world = track(virtualWorld());
+    await appendRunEvent(world, 'run_l', { type: 'node:started', nodeId: 'n1', nodeType: 'agent' });
+    await appendSessionEvent(world, 'ses_l', { type: 'session:turn_started' });
+    // A run's listing folds as it is (it needed a cast when every listing was typed as a union).
+    expect(foldRunEvents(await listRunEvents(world, 'run_l')).nodes.n1).toBeDefined();
+    const session: readonly SessionEvent[] = await listRunEvents(world, 'ses_l');
+    expect(session[0].sessionId).toBe('ses_l');
+    const id: string = 'run_l';
+    const either: readonly (RunEvent | SessionEvent)[] = await listRunEvents(world, id);
+    expect(either.length).toBe(1);
   });
 
   it('still refuse what is not an object, at compile time and at run time', async () => {
