@@ -73,6 +73,9 @@ struct Submit {
 
 enum PrepMsg {
     Append(Ticket, AppendRequest),
+    /// An append prepared on the caller's thread with a refusal, to be answered in call order
+    /// (see [`events::answer_refused`]), and so before a close sent after it.
+    Refused(Ticket, Box<PreparedAppend>),
     Close(Ticket, AfterClose),
 }
 
@@ -339,11 +342,14 @@ impl World {
         {
             let prepared = events::prepare(req, &*self.inner.artifacts)?;
             if prepared.refused.is_some() {
-                // Answered by a read of its key, off this thread, and never by the writer.
-                let reader = self.inner.reader.clone();
-                Pool::global().run(self.inner.completer.clone(), ticket, move || {
-                    events::answer_refused(&*reader, prepared).map(Output::Json)
-                });
+                // Answered by the prep thread with a read of its key, and never by the writer.
+                submit.unsettled.fetch_add(1, Ordering::AcqRel);
+                submit.prep_pending.fetch_add(1, Ordering::AcqRel);
+                if submit.prep.send(PrepMsg::Refused(ticket, Box::new(prepared))).is_err() {
+                    submit.prep_pending.fetch_sub(1, Ordering::AcqRel);
+                    submit.unsettled.fetch_sub(1, Ordering::AcqRel);
+                    return Err(WorldError::Closed);
+                }
                 return Ok(());
             }
             submit.unsettled.fetch_add(1, Ordering::AcqRel);
@@ -617,11 +623,7 @@ fn prep_loop(
                         .unwrap_or_else(|p| Err(panic_error(p)));
                 match prepared {
                     // Answered by a read of its key, and never by the writer.
-                    Ok(p) if p.refused.is_some() => {
-                        unsettled.fetch_sub(1, Ordering::AcqRel);
-                        let answer = events::answer_refused(reader, p).map(Output::Json);
-                        completer.complete(vec![(ticket, answer)]);
-                    }
+                    Ok(p) if p.refused.is_some() => answer_refused(reader, completer, unsettled, ticket, p),
                     Ok(p) => {
                         let _ = tx.send(WriteMsg::Append(ticket, p));
                     }
@@ -633,12 +635,29 @@ fn prep_loop(
                 // Only now, with the append passed on, may the caller send straight to the writer.
                 pending.fetch_sub(1, Ordering::AcqRel);
             }
+            PrepMsg::Refused(ticket, p) => {
+                answer_refused(reader, completer, unsettled, ticket, *p);
+                pending.fetch_sub(1, Ordering::AcqRel);
+            }
             PrepMsg::Close(ticket, let_go) => {
                 let _ = tx.send(WriteMsg::Close(ticket, let_go));
                 return;
             }
         }
     }
+}
+
+/// Settle an append prepared with a refusal (see [`events::answer_refused`]).
+fn answer_refused(
+    reader: &dyn LogReader,
+    completer: &dyn Completer,
+    unsettled: &AtomicUsize,
+    ticket: Ticket,
+    prepared: PreparedAppend,
+) {
+    let answer = events::answer_refused(reader, prepared).map(Output::Json);
+    unsettled.fetch_sub(1, Ordering::AcqRel);
+    completer.complete(vec![(ticket, answer)]);
 }
 
 /// The writer of a read-only world. [`World::append`] refuses before anything reaches it; it

@@ -463,6 +463,12 @@ fn offload_large_values(
         ),
         _ => return None,
     };
+    // A payload with both the value and its reference is refused (and only a refused one has
+    // both): moving the value would overwrite the reference it gave, and could make its digest
+    // that of another request.
+    if payload.contains_key(ref_field) {
+        return None;
+    }
     let value = payload.get(field)?;
     let text = canonical::to_string(value);
     if text.len() < INLINE_LIMIT {

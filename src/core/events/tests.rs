@@ -420,6 +420,16 @@ fn a_keyed_retry_of_an_append_stored_under_looser_rules_returns_it() {
             validation_path(answer_refused(&*r, other).unwrap_err()),
             "payload.usage.costUsd"
         );
+        // A request that gives the value and a reference both is another request, though moving
+        // its value would have overwritten its reference with the stored one.
+        let mut both = json!({"callId": "c", "durationMs": 1, "result": "x".repeat(300_000), "usage": {"costUsd": 1}});
+        both["resultRef"] = json!("artifact://art_00000000000000aa");
+        let both = prepare(
+            req("run_a", "harness.tool_call.succeeded", both, Some("k3")),
+            &NoArtifacts,
+        )
+        .unwrap();
+        assert!(answer_refused(&*r, both).is_err());
     }
 }
 

@@ -381,3 +381,22 @@ fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
     world.close(9).unwrap();
     wait_all(&rx, 1);
 }
+
+/// A keyed append refused for its payload settles before a close called after it, as every append
+/// does: it is answered in call order by the prep thread (it was once answered on the shared pool,
+/// and a close could resolve first).
+#[test]
+fn a_refused_keyed_append_settles_before_a_close_called_after_it() {
+    for _ in 0..50 {
+        let (c, rx) = channel();
+        let world = World::open_virtual(Pricing::default(), c);
+        let mut r = append("run_c", 0);
+        r.event_type = "note".into();
+        r.key = Some("k".into());
+        r.payload_json = r#"{"usage":{"costUsd":1}}"#.into();
+        world.append(1, r).unwrap();
+        world.close(2).unwrap();
+        let order: Vec<Ticket> = wait_all(&rx, 2).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(order, [1, 2]);
+    }
+}
