@@ -1138,8 +1138,6 @@ export async function* subscribe(world: World, streamId: string, opts?: Subscrib
   if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
   const signal = o.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) invalid('signal', 'must be an AbortSignal');
-  // Like any call on a closed world; a close during the subscription ends it instead.
-  if (handle.closed) throw new WorldClosedError('WORLD_CLOSED', 'the world is closed', {});
   let set = wakers.get(world);
   if (!set) wakers.set(world, (set = new Set()));
   let wake: (() => void) | undefined;

@@ -607,22 +607,17 @@ pub fn remove_stale_tmp(dir: &Path) {
             let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
             pid.is_none_or(|p| !process::alive(p))
         };
-        if !stem.ends_with("-flock") {
-            if pid_gone() {
-                let _ = fs::remove_file(&path);
-            }
-            continue;
-        }
-        let Ok(file) = File::open(&path) else { continue };
-        match process::try_lock(&file) {
-            Some(true) => {
-                let _ = fs::remove_file(&path);
-            }
-            Some(false) => {}
-            None if pid_gone() => {
-                let _ = fs::remove_file(&path);
-            }
-            None => {}
+        // A TmpFile's lock, taken here, is held while the file is removed, so that no writer can
+        // take the file up meanwhile.
+        let mut held = None;
+        let gone = if stem.ends_with("-flock") {
+            let Ok(file) = File::open(&path) else { continue };
+            process::try_lock(held.insert(file)).unwrap_or_else(pid_gone)
+        } else {
+            pid_gone()
+        };
+        if gone {
+            let _ = fs::remove_file(&path);
         }
     }
 }

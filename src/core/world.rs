@@ -71,6 +71,21 @@ struct Submit {
     unsettled: Arc<AtomicUsize>,
 }
 
+impl Submit {
+    /// Send an append to the prep thread, counted as unsettled and as pending there until it
+    /// is passed on or answered.
+    fn to_prep(&self, msg: PrepMsg) -> Result<()> {
+        self.unsettled.fetch_add(1, Ordering::AcqRel);
+        self.prep_pending.fetch_add(1, Ordering::AcqRel);
+        if self.prep.send(msg).is_err() {
+            self.prep_pending.fetch_sub(1, Ordering::AcqRel);
+            self.unsettled.fetch_sub(1, Ordering::AcqRel);
+            return Err(WorldError::Closed);
+        }
+        Ok(())
+    }
+}
+
 enum PrepMsg {
     Append(Ticket, AppendRequest),
     /// An append prepared on the caller's thread with a refusal, to be answered in call order
@@ -343,14 +358,7 @@ impl World {
             let prepared = events::prepare(req, &*self.inner.artifacts)?;
             if prepared.refused.is_some() {
                 // Answered by the prep thread with a read of its key, and never by the writer.
-                submit.unsettled.fetch_add(1, Ordering::AcqRel);
-                submit.prep_pending.fetch_add(1, Ordering::AcqRel);
-                if submit.prep.send(PrepMsg::Refused(ticket, Box::new(prepared))).is_err() {
-                    submit.prep_pending.fetch_sub(1, Ordering::AcqRel);
-                    submit.unsettled.fetch_sub(1, Ordering::AcqRel);
-                    return Err(WorldError::Closed);
-                }
-                return Ok(());
+                return submit.to_prep(PrepMsg::Refused(ticket, Box::new(prepared)));
             }
             submit.unsettled.fetch_add(1, Ordering::AcqRel);
             if submit.write.send(WriteMsg::Append(ticket, prepared)).is_err() {
@@ -359,14 +367,7 @@ impl World {
             }
             return Ok(());
         }
-        submit.unsettled.fetch_add(1, Ordering::AcqRel);
-        submit.prep_pending.fetch_add(1, Ordering::AcqRel);
-        if submit.prep.send(PrepMsg::Append(ticket, req)).is_err() {
-            submit.prep_pending.fetch_sub(1, Ordering::AcqRel);
-            submit.unsettled.fetch_sub(1, Ordering::AcqRel);
-            return Err(WorldError::Closed);
-        }
-        Ok(())
+        submit.to_prep(PrepMsg::Append(ticket, req))
     }
 
     /// Committed envelopes of `run_id` after `after` (at most `limit`), packed for JavaScript:

@@ -574,13 +574,14 @@ fn append_one<'b>(
     recorded_at: &str,
 ) -> Result<String> {
     let run = item.run_id.as_str();
+    // A refused append is answered by `answer_refused`, and written by no one.
+    if let Some(refusal) = &item.refused {
+        return Err(refusal.clone());
+    }
     if let (Some(key), Some(digest)) = (&item.key, &item.digest) {
         if let Some(found) = tx.find_by_key(run, key)? {
             if &found.digest == digest {
                 return Ok(found.envelope);
-            }
-            if let Some(refusal) = &item.refused {
-                return Err(refusal.clone());
             }
             return Err(WorldError::IdempotencyConflict {
                 run_id: item.run_id.clone(),
@@ -590,9 +591,6 @@ fn append_one<'b>(
                 request_digest: digest.clone(),
             });
         }
-    }
-    if let Some(refusal) = &item.refused {
-        return Err(refusal.clone());
     }
     let cursor = match next.get(run) {
         Some(&c) => c,

@@ -375,24 +375,23 @@ fn a_keyed_retry_of_an_append_stored_under_looser_rules_returns_it() {
             .remove(0)
             .unwrap();
 
-        let mut retry = [prepare(keyed(20, "k"), &NoArtifacts).unwrap()];
-        assert_eq!(
-            commit_batch(&mut *w, &NoArtifacts, &mut retry, at).remove(0).unwrap(),
-            first
-        );
+        let retry = prepare(keyed(20, "k"), &NoArtifacts).unwrap();
+        assert_eq!(answer_refused(&*r, retry).unwrap(), first);
         // The payload is still refused under another key, and another payload under this key
-        // is refused for what it holds (not as a conflict); in a group too.
-        let mut group = [
-            prepare(keyed(20, "k2"), &NoArtifacts).unwrap(),
-            prepare(keyed(30, "k"), &NoArtifacts).unwrap(),
-            prepare(keyed(20, "k"), &NoArtifacts).unwrap(),
-        ];
-        let out = commit_batch(&mut *w, &NoArtifacts, &mut group, at);
-        for refused in &out[..2] {
+        // is refused for what it holds (not as a conflict).
+        let answers = [keyed(20, "k2"), keyed(30, "k"), keyed(20, "k")]
+            .map(|request| answer_refused(&*r, prepare(request, &NoArtifacts).unwrap()));
+        for refused in &answers[..2] {
             let e = refused.clone().unwrap_err();
             assert_eq!(validation_path(e), "payload.usage.cachedInputTokens");
         }
-        assert_eq!(out[2].clone().unwrap(), first);
+        assert_eq!(answers[2].clone().unwrap(), first);
+        // Given to the writer in a group anyway, refused appends write nothing.
+        let mut group =
+            [keyed(20, "k2"), keyed(30, "k"), keyed(20, "k")].map(|request| prepare(request, &NoArtifacts).unwrap());
+        for out in commit_batch(&mut *w, &NoArtifacts, &mut group, at) {
+            assert_eq!(validation_path(out.unwrap_err()), "payload.usage.cachedInputTokens");
+        }
         assert_eq!(r.last_sequence("run_a").unwrap(), 1);
 
         // Also one whose large value was moved into an artifact: the retry's digest is taken
