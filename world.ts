@@ -334,6 +334,9 @@ class OpenWorld implements World {
   async close(): Promise<void> {
     await call(() => handleOf(this).close());
     wakeSubscribers(this); // live subscriptions notice the close now, not at their next poll
+    // A subscription paused between two events would otherwise keep the watcher (an inotify
+    // descriptor) until its consumer pulls again, which may be never.
+    watchers.get(this)?.stop();
   }
 }
 

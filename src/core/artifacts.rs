@@ -659,29 +659,38 @@ const OVERLAP_READ_AT: usize = 4 * CHUNK;
 /// little more than the hash itself.
 fn read_hashed(file: &mut File, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
     let mut hasher = Sha256::new();
-    if buf.len() < OVERLAP_READ_AT {
-        file.read_exact(buf)?;
-        hasher.update(&*buf);
-        return Ok(hasher.finalize().into());
-    }
-    std::thread::scope(|scope| {
-        let (tx, rx) = crossbeam_channel::bounded::<&mut [u8]>(4);
-        let reader = scope.spawn(move || -> std::io::Result<()> {
-            for chunk in buf.chunks_mut(CHUNK) {
-                file.read_exact(chunk)?;
-                if tx.send(chunk).is_err() {
-                    break;
-                }
+    if buf.len() >= OVERLAP_READ_AT {
+        let overlapped = std::thread::scope(|scope| {
+            let (tx, rx) = crossbeam_channel::bounded::<&mut [u8]>(4);
+            let (file, buf) = (&mut *file, &mut *buf);
+            let reading =
+                crate::core::runtime::start_scoped(scope, "little-world-blob", move || -> std::io::Result<()> {
+                    for chunk in buf.chunks_mut(CHUNK) {
+                        file.read_exact(chunk)?;
+                        if tx.send(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(())
+                })
+                // At the process's thread limit, this thread reads it all (below).
+                .ok()?;
+            for chunk in rx {
+                hasher.update(&*chunk);
             }
-            Ok(())
+            Some(
+                reading
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the blob reader thread panicked"))),
+            )
         });
-        for chunk in rx {
-            hasher.update(&*chunk);
+        if let Some(read) = overlapped {
+            read?;
+            return Ok(hasher.finalize().into());
         }
-        reader
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the blob reader thread panicked")))
-    })?;
+    }
+    file.read_exact(buf)?;
+    hasher.update(&*buf);
     Ok(hasher.finalize().into())
 }
 

@@ -5,9 +5,10 @@
 //! [`Completer`], in batches where it can: a group commit completes all of its appends in one call.
 //! Reads and file work run on a shared pool of named threads, never on the libuv pool.
 
-use crate::core::error::Result;
-use crossbeam_channel::{unbounded, Sender};
-use std::sync::OnceLock;
+use crate::core::error::{Result, WorldError};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// Opaque identity of one pending operation, chosen by the caller.
 pub type Ticket = u64;
@@ -37,9 +38,70 @@ pub const THREAD_STACK: usize = 16 * 1024 * 1024;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// Start a thread of the core, named `name`, with [`THREAD_STACK`]. A process at its thread
+/// limit (a container's pids limit, systemd's `TasksMax`) cannot start one: that is an error of
+/// the operation that wanted the thread, never a panic, which would abort the process.
+pub fn start_thread<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    may_start_thread()?;
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .stack_size(THREAD_STACK)
+        .spawn(f)
+}
+
+/// [`start_thread`] within `scope`, for work split over two threads: a caller that cannot start
+/// one does the work on its own thread instead.
+pub fn start_scoped<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, T>> {
+    may_start_thread()?;
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .stack_size(THREAD_STACK)
+        .spawn_scoped(scope, f)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Of this thread's next thread starts: how many succeed, then how many fail.
+    static FAILING_STARTS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Let the calling thread's next `ok` thread starts succeed and the `failing` after them fail
+/// with `EAGAIN`, as the kernel's do at a process's thread limit.
+#[cfg(test)]
+pub fn fail_thread_starts(ok: usize, failing: usize) {
+    FAILING_STARTS.with(|f| f.set((ok, failing)));
+}
+
+fn may_start_thread() -> std::io::Result<()> {
+    #[cfg(test)]
+    {
+        let (ok, failing) = FAILING_STARTS.with(|f| f.get());
+        if ok > 0 {
+            FAILING_STARTS.with(|f| f.set((ok - 1, failing)));
+        } else if failing > 0 {
+            FAILING_STARTS.with(|f| f.set((0, failing - 1)));
+            return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+    }
+    Ok(())
+}
+
 /// A fixed set of threads for reads, folds and file I/O, shared by every world in the process.
+/// They are started on first use; should the process be at its thread limit then, the next use
+/// tries again, and work waits only when none could be started.
 pub struct Pool {
     tx: Sender<Job>,
+    rx: Receiver<Job>,
+    started: AtomicUsize,
+    starting: Mutex<()>,
+    threads: usize,
 }
 
 impl Pool {
@@ -54,26 +116,45 @@ impl Pool {
 
     fn new(threads: usize) -> Pool {
         let (tx, rx) = unbounded::<Job>();
-        for i in 0..threads {
-            let rx = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("little-world-io-{i}"))
-                .stack_size(THREAD_STACK)
-                .spawn(move || {
-                    while let Ok(job) = rx.recv() {
-                        // A panicking job must not take the pool thread down with it.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                    }
-                })
-                .expect("spawning a pool thread");
+        Pool {
+            tx,
+            rx,
+            started: AtomicUsize::new(0),
+            starting: Mutex::new(()),
+            threads,
         }
-        Pool { tx }
+    }
+
+    /// Start the threads not started yet. An error only when not one is running.
+    fn start_threads(&self) -> Result<()> {
+        if self.started.load(Ordering::Acquire) >= self.threads {
+            return Ok(());
+        }
+        let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        while self.started.load(Ordering::Acquire) < self.threads {
+            let rx = self.rx.clone();
+            let i = self.started.load(Ordering::Acquire);
+            let started = start_thread(&format!("little-world-io-{i}"), move || {
+                while let Ok(job) = rx.recv() {
+                    // A panicking job must not take the pool thread down with it.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            });
+            match started {
+                Ok(_) => self.started.fetch_add(1, Ordering::AcqRel),
+                Err(_) if i > 0 => return Ok(()),
+                Err(e) => return Err(WorldError::io("starting an I/O thread", None, e)),
+            };
+        }
+        Ok(())
     }
 
     /// Run `job` on the pool.
-    pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
+    pub fn spawn(&self, job: impl FnOnce() + Send + 'static) -> Result<()> {
+        self.start_threads()?;
         // The pool's threads live as long as the process, so the channel never disconnects.
         let _ = self.tx.send(Box::new(job));
+        Ok(())
     }
 
     /// Run `work` on the pool and deliver its result to `completer` under `ticket`.
@@ -82,20 +163,20 @@ impl Pool {
         completer: std::sync::Arc<dyn Completer>,
         ticket: Ticket,
         work: impl FnOnce() -> Result<Output> + Send + 'static,
-    ) {
+    ) -> Result<()> {
         self.spawn(move || {
             let out =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| Err(panic_error(p)));
             completer.complete(vec![(ticket, out)]);
-        });
+        })
     }
 }
 
 /// What a caught panic becomes: a `RuntimeIntegrity` error naming the panic's message. It takes
 /// the box itself: a `&Box<dyn Any>` would coerce to a `&dyn Any` of the box, whose message
 /// cannot be read (the pool's jobs once reported only "a thread panicked" that way).
-pub fn panic_error(p: Box<dyn std::any::Any + Send>) -> crate::core::error::WorldError {
-    crate::core::error::WorldError::RuntimeIntegrity {
+pub fn panic_error(p: Box<dyn std::any::Any + Send>) -> WorldError {
+    WorldError::RuntimeIntegrity {
         reason: format!("internal error: {}", panic_message(&*p)),
     }
 }
@@ -126,7 +207,9 @@ mod tests {
     fn a_panicking_job_completes_with_its_panic_message() {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let collect = Arc::new(Collect(Mutex::new(Vec::new()), tx));
-        Pool::global().run(collect.clone(), 7, || panic!("the job broke: {}", 42));
+        Pool::global()
+            .run(collect.clone(), 7, || panic!("the job broke: {}", 42))
+            .unwrap();
         rx.recv().unwrap();
         let done = collect.0.lock().unwrap();
         let (ticket, out) = &done[0];
@@ -134,5 +217,37 @@ mod tests {
         let err = out.as_ref().unwrap_err();
         assert_eq!(err.code(), "RUNTIME_INTEGRITY");
         assert!(err.to_string().contains("the job broke: 42"), "{err}");
+    }
+
+    #[test]
+    fn a_pool_that_cannot_start_a_thread_fails_the_work_and_tries_again_later() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let collect = Arc::new(Collect(Mutex::new(Vec::new()), tx));
+        let pool = Pool::new(2);
+        fail_thread_starts(0, usize::MAX);
+        let err = pool.run(collect.clone(), 1, || Ok(Output::Unit)).unwrap_err();
+        assert_eq!(err.code(), "WORLD_IO");
+        assert!(err.to_string().contains("starting an I/O thread"), "{err}");
+        assert_eq!(pool.started.load(Ordering::Acquire), 0);
+        fail_thread_starts(0, 0);
+        pool.run(collect.clone(), 2, || Ok(Output::Unit)).unwrap();
+        rx.recv().unwrap();
+        assert_eq!(collect.0.lock().unwrap()[0].0, 2);
+        assert_eq!(pool.started.load(Ordering::Acquire), 2);
+    }
+
+    #[test]
+    fn a_pool_runs_with_the_threads_it_could_start() {
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        let collect = Arc::new(Collect(Mutex::new(Vec::new()), tx));
+        let pool = Pool::new(3);
+        fail_thread_starts(1, usize::MAX);
+        pool.run(collect.clone(), 1, || Ok(Output::Unit)).unwrap();
+        rx.recv().unwrap();
+        assert_eq!(pool.started.load(Ordering::Acquire), 1);
+        fail_thread_starts(0, 0);
+        pool.run(collect.clone(), 2, || Ok(Output::Unit)).unwrap();
+        rx.recv().unwrap();
+        assert_eq!(pool.started.load(Ordering::Acquire), 3);
     }
 }

@@ -22,7 +22,7 @@ use crate::core::ids;
 use crate::core::locks::Locks;
 use crate::core::materialize::{self, pricing::Pricing};
 use crate::core::outer_loop::OuterLoops;
-use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket, THREAD_STACK};
+use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket};
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::sqlite::{self, Durability};
 use crate::core::store::{LogReader, LogTx, LogWriter};
@@ -158,7 +158,7 @@ impl World {
             locks: Locks::local(&data_dir)?,
             outer_loops: OuterLoops::local(&data_dir)?,
         };
-        Ok(Self::start(
+        Self::start(
             WorldKind::Local,
             Some(data_dir),
             Some(Box::new(writer)),
@@ -166,7 +166,7 @@ impl World {
             stores,
             pricing,
             completer,
-        ))
+        )
     }
 
     /// Open the existing local world at `data_dir` for reading only: nothing in the directory is
@@ -193,7 +193,7 @@ impl World {
             locks: Locks::local_read_only(&data_dir),
             outer_loops: OuterLoops::local_read_only(&data_dir),
         };
-        Ok(Self::start(
+        Self::start(
             WorldKind::Local,
             Some(data_dir),
             None,
@@ -201,11 +201,11 @@ impl World {
             stores,
             pricing,
             completer,
-        ))
+        )
     }
 
     /// Open a fresh in-memory world.
-    pub fn open_virtual(pricing: Pricing, completer: Arc<dyn Completer>) -> World {
+    pub fn open_virtual(pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
         let log = MemoryLog::new();
         let stores = Stores {
             artifacts: Arc::new(ArtifactStore::memory()),
@@ -232,7 +232,7 @@ impl World {
         stores: Stores,
         pricing: Pricing,
         completer: Arc<dyn Completer>,
-    ) -> World {
+    ) -> Result<World> {
         let read_only = writer.is_none();
         let writer = writer.unwrap_or_else(|| Box::new(ReadOnlyLog));
         let artifacts = stores.artifacts;
@@ -257,17 +257,18 @@ impl World {
                     &pending,
                     &unsettled,
                 )
-            });
+            })?;
         }
         {
             let completer = completer.clone();
             let unsettled = unsettled.clone();
             let artifacts = artifacts.clone();
+            // Should this fail, dropping `prep_tx` ends the prep thread.
             spawn("little-world-writer", move || {
                 writer_loop(write_rx, writer, &artifacts, &*completer, &unsettled)
-            });
+            })?;
         }
-        World {
+        Ok(World {
             inner: Arc::new(Inner {
                 kind,
                 data_dir,
@@ -286,7 +287,7 @@ impl World {
                 pricing: Arc::new(pricing),
                 completer,
             }),
-        }
+        })
     }
 
     /// `local` or `virtual`.
@@ -457,8 +458,7 @@ impl World {
                 .acquire(&name, wait)
                 .map(|h| Output::Json(serde_json::json!({"name": h.name, "token": h.token}).to_string()));
             completer.complete(vec![(ticket, out)]);
-        });
-        Ok(())
+        })
     }
 
     /// Let go of a lock (see [`Locks::release`]). Also on a closed world: its close let go of its
@@ -468,8 +468,7 @@ impl World {
         let locks = self.inner.locks.clone();
         Pool::global().run(self.inner.completer.clone(), ticket, move || {
             locks.release(&name, &token).map(|()| Output::Unit)
-        });
-        Ok(())
+        })
     }
 
     /// Read an outer-loop manifest; completes with its JSON, or `null`.
@@ -526,8 +525,7 @@ impl World {
     /// Run `work` on the pool, completing `ticket` with its result.
     pub fn run(&self, ticket: Ticket, work: impl FnOnce() -> Result<Output> + Send + 'static) -> Result<()> {
         self.ensure_open()?;
-        Pool::global().run(self.inner.completer.clone(), ticket, work);
-        Ok(())
+        Pool::global().run(self.inner.completer.clone(), ticket, work)
     }
 
     /// Stop accepting work; `ticket` completes once every queued append has committed and then
@@ -537,6 +535,10 @@ impl World {
     pub fn close(&self, ticket: Ticket) -> Result<()> {
         let submit = self.inner.submit.lock().expect("submit lock").take();
         self.inner.closed.store(true, Ordering::Release);
+        // Reads are refused from now on; the pooled connections would otherwise keep their file
+        // descriptors until the world object is collected (a process that opens and closes worlds
+        // ran out of them).
+        self.inner.reader.close();
         self.inner.locks.stop();
         let locks = self.inner.locks.clone();
         // On the writer thread, or a thread of its own: letting go of a lock on disk is a few file
@@ -555,10 +557,23 @@ impl World {
             None => (ticket, let_go),
         };
         let completer = self.inner.completer.clone();
-        spawn("little-world-close", move || {
+        let finish = move || {
             let_go();
             completer.complete(vec![(ticket, Ok(Output::Unit))]);
+        };
+        let slot = Arc::new(Mutex::new(Some(finish)));
+        let taken = slot.clone();
+        let started = spawn("little-world-close", move || {
+            if let Some(finish) = taken.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                finish();
+            }
         });
+        if started.is_err() {
+            // At the process's thread limit, the close still happens: here, a few file operations.
+            if let Some(finish) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                finish();
+            }
+        }
         Ok(())
     }
 }
@@ -599,12 +614,11 @@ fn stream_status(
     Ok((state["status"].clone(), serde_json::json!(usd)))
 }
 
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new()
-        .name(name.to_string())
-        .stack_size(THREAD_STACK)
-        .spawn(f)
-        .expect("spawning a world thread");
+/// Start a thread of the world's own; failing to (at the process's thread limit) is `WORLD_IO`.
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
+    crate::core::runtime::start_thread(name, f)
+        .map(drop)
+        .map_err(|e| WorldError::io(format!("starting the thread {name}"), None, e))
 }
 
 fn prep_loop(

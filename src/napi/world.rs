@@ -86,10 +86,8 @@ impl NativeWorld {
     pub fn open_virtual(env: Env, pricing_json: Option<String>) -> napi::Result<Self> {
         let pricing = Pricing::with_override(pricing_json.as_deref()).map_err(|e| throw(&env, &e))?;
         let completer = Arc::new(JsCompleter::new(env.raw())?);
-        Ok(NativeWorld {
-            world: World::open_virtual(pricing, completer.clone()),
-            completer,
-        })
+        let world = World::open_virtual(pricing, completer.clone()).map_err(|e| throw(&env, &e))?;
+        Ok(NativeWorld { world, completer })
     }
 
     /// `"local"` or `"virtual"`.

@@ -48,6 +48,10 @@ fn a_large_blob_reads_back_exactly_and_a_flipped_byte_anywhere_is_caught() {
     let m = store.write(meta(Encoding::Bytes), bytes(&data)).unwrap();
     let (_, read) = store.read(&m.artifact_id).unwrap();
     assert!(read[..] == data[..]);
+    // At the process's thread limit, one thread reads and hashes it.
+    crate::core::runtime::fail_thread_starts(0, 1);
+    let (_, read) = store.read(&m.artifact_id).unwrap();
+    assert!(read[..] == data[..]);
     let blob = dir.path().join(format!("artifacts/blobs/{}.bin", m.artifact_id));
     for at in [0, data.len() / 2, data.len() - 1] {
         let mut flipped = data.clone();

@@ -106,16 +106,22 @@ pub fn list_packed_parallel(
         return Ok(vec![list_packed(reader, run_id, after, limit)?]);
     }
     let mid = after + count / 2;
-    let (first, second) = std::thread::scope(|scope| {
-        let second = std::thread::Builder::new()
-            .name("little-world-list".into())
-            .spawn_scoped(scope, || list_packed(reader, run_id, mid, Some(end - mid)))
-            .map_err(|e| WorldError::io("starting a reader thread", None, e));
+    let halves = std::thread::scope(|scope| {
+        // At the process's thread limit, this thread reads it all (below).
+        let second = crate::core::runtime::start_scoped(scope, "little-world-list", || {
+            list_packed(reader, run_id, mid, Some(end - mid))
+        })
+        .ok()?;
         let first = list_packed(reader, run_id, after, Some(mid - after));
-        let second = second.and_then(|h| h.join().unwrap_or_else(|p| Err(crate::core::runtime::panic_error(p))));
-        (first, second)
+        let second = second
+            .join()
+            .unwrap_or_else(|p| Err(crate::core::runtime::panic_error(p)));
+        Some((first, second))
     });
-    Ok(vec![first?, second?])
+    match halves {
+        Some((first, second)) => Ok(vec![first?, second?]),
+        None => Ok(vec![list_packed(reader, run_id, after, limit)?]),
+    }
 }
 
 #[cfg(test)]

@@ -760,15 +760,10 @@ impl Batch {
 /// the work), handing them over in batches, while the other folds them in order.
 pub fn fold_stored(reader: &dyn crate::core::store::LogReader, run_id: &str, pricing: &Pricing) -> Result<String> {
     let mut fold = Fold::new(run_id, pricing);
-    if reader.last_sequence(run_id)? < PIPELINE_AT {
-        reader.envelopes(run_id, 0, None, &mut |env| fold.push(env))?;
-        return Ok(fold.state_json());
-    }
-    let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(4);
-    std::thread::scope(|scope| {
-        let reading = std::thread::Builder::new()
-            .name("little-world-fold".into())
-            .spawn_scoped(scope, move || {
+    if reader.last_sequence(run_id)? >= PIPELINE_AT {
+        let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(4);
+        let piped = std::thread::scope(|scope| {
+            let reading = crate::core::runtime::start_scoped(scope, "little-world-fold", move || {
                 let mut batch = Batch::default();
                 let mut sequence = 0;
                 let read = reader.envelopes(run_id, 0, None, &mut |text| {
@@ -788,13 +783,19 @@ pub fn fold_stored(reader: &dyn crate::core::store::LogReader, run_id: &str, pri
                     }
                 }
             })
-            .map_err(|e| WorldError::io("starting a fold thread", None, e))?;
-        let folded = rx.iter().try_for_each(|batch| batch?.fold_into(&mut fold));
-        // On an error the receiver goes first, so the reading thread stops at its next batch.
-        drop(rx);
-        reading.join().map_err(crate::core::runtime::panic_error)?;
-        folded
-    })?;
+            // At the process's thread limit, this thread does it all (below).
+            .ok()?;
+            let folded = rx.iter().try_for_each(|batch| batch?.fold_into(&mut fold));
+            // On an error the receiver goes first, so the reading thread stops at its next batch.
+            drop(rx);
+            Some(reading.join().map_err(crate::core::runtime::panic_error).and(folded))
+        });
+        if let Some(folded) = piped {
+            folded?;
+            return Ok(fold.state_json());
+        }
+    }
+    reader.envelopes(run_id, 0, None, &mut |env| fold.push(env))?;
     Ok(fold.state_json())
 }
 

@@ -225,6 +225,9 @@ fn a_long_run_folds_on_two_threads_to_the_same_state() {
     );
     let (_dir, reader) = sqlite_with(&rows);
     assert_eq!(fold_stored(&reader, "run_long", pricing).unwrap(), want);
+    // At the process's thread limit, one thread folds it all, to the same state.
+    crate::core::runtime::fail_thread_starts(0, 1);
+    assert_eq!(fold_stored(&reader, "run_long", pricing).unwrap(), want);
 }
 
 #[test]
@@ -366,4 +369,27 @@ fn extra_fields_of_another_type_under_a_name_the_fold_reads_are_ignored() {
         "{err}"
     );
     assert!(!err.to_string().contains("SECRET"), "{err}");
+}
+
+#[test]
+fn a_long_listing_read_on_one_thread_at_the_thread_limit_holds_the_same_rows() {
+    use crate::core::events::packed::list_packed_parallel;
+    let rows = stored_rows("run_list", &long_run(40_123));
+    let (_dir, reader) = sqlite_with(&rows);
+    let flat = |parts: Vec<crate::core::events::packed::Packed>| {
+        let sequences: Vec<f64> = parts
+            .iter()
+            .flat_map(|p| p.table.chunks(crate::core::events::packed::STRIDE).map(|r| r[0]))
+            .collect();
+        let text: String = parts.iter().map(|p| p.text.as_str()).collect();
+        (parts.len(), sequences, text)
+    };
+    let (two, sequences, text) = flat(list_packed_parallel(&reader, "run_list", 0, None).unwrap());
+    assert_eq!(two, 2);
+    assert_eq!(sequences, (1..=40_123).map(f64::from).collect::<Vec<_>>());
+    crate::core::runtime::fail_thread_starts(0, 1);
+    let (one, alone, alone_text) = flat(list_packed_parallel(&reader, "run_list", 0, None).unwrap());
+    assert_eq!(one, 1);
+    assert_eq!(alone, sequences);
+    assert_eq!(alone_text, text);
 }

@@ -134,6 +134,9 @@ pub trait LogReader: Send + Sync {
     fn last_sequence(&self, run_id: &str) -> Result<u64>;
     /// The committed row of `run_id` appended with idempotency key `key`, if any.
     fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>>;
+    /// Let go of what the reader keeps between reads (pooled connections and their file
+    /// descriptors): its world has closed. A read still running finishes, and keeps nothing.
+    fn close(&self) {}
 }
 
 #[cfg(test)]

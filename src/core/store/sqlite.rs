@@ -55,11 +55,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
         Durability::Normal => Some(Checkpointer::start(&mut conn, &path)?),
         Durability::Full => None,
     };
-    let reader = SqliteReader {
-        path: path.clone(),
-        access: Access::ReadWrite,
-        pool: Mutex::new(Vec::new()),
-    };
+    let reader = SqliteReader::new(path.clone(), Access::ReadWrite);
     Ok((
         SqliteWriter {
             conn,
@@ -81,11 +77,7 @@ pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
             message: format!("no world at {}: {} does not exist", data_dir.display(), path.display()),
         });
     }
-    let reader = SqliteReader {
-        path: path.clone(),
-        access: Access::ReadOnly,
-        pool: Mutex::new(Vec::new()),
-    };
+    let reader = SqliteReader::new(path.clone(), Access::ReadOnly);
     let shown = path.display().to_string();
     if reader.with_conn(|conn| schema::check(conn, &shown))? == 0 {
         return Err(WorldError::Path {
@@ -195,19 +187,17 @@ impl Checkpointer {
         // Held while the thread checkpoints, so the writer can wait for it to finish.
         let running = Arc::new(Mutex::new(()));
         let busy = running.clone();
-        let thread = std::thread::Builder::new()
-            .name("little-world-ckpt".into())
-            .spawn(move || {
-                run_when_idle();
-                while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
-                    let _running = busy.lock().unwrap_or_else(|p| p.into_inner());
-                    // As SQLite's automatic checkpoint does, a failed one is left for the next.
-                    // (A passive checkpoint never waits for a lock, so the writer never waits
-                    // here for anything but the checkpoint's own work.)
-                    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-                }
-            })
-            .map_err(|e| WorldError::io("starting the checkpoint thread", None, e))?;
+        let thread = crate::core::runtime::start_thread("little-world-ckpt", move || {
+            run_when_idle();
+            while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
+                let _running = busy.lock().unwrap_or_else(|p| p.into_inner());
+                // As SQLite's automatic checkpoint does, a failed one is left for the next.
+                // (A passive checkpoint never waits for a lock, so the writer never waits
+                // here for anything but the checkpoint's own work.)
+                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }
+        })
+        .map_err(|e| WorldError::io("starting the checkpoint thread", None, e))?;
         let hook_wake = wake.clone();
         // Replaces SQLite's automatic checkpoint, which is a WAL hook too.
         writer
@@ -513,16 +503,31 @@ fn last_sequence(conn: &Connection, run_id: &str) -> Result<u64> {
         .map_err(|e| WorldError::sqlite("reading the last sequence", e))
 }
 
-/// Read connections, pooled.
+/// Read connections, pooled until the world closes.
 pub struct SqliteReader {
     path: PathBuf,
     access: Access,
-    pool: Mutex<Vec<Connection>>,
+    pool: Mutex<Pool>,
+}
+
+/// The reader's idle connections; none are kept once it is closed.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<Connection>,
+    closed: bool,
 }
 
 impl SqliteReader {
+    fn new(path: PathBuf, access: Access) -> SqliteReader {
+        SqliteReader {
+            path,
+            access,
+            pool: Mutex::new(Pool::default()),
+        }
+    }
+
     fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let pooled = self.pool.lock().expect("reader pool").pop();
+        let pooled = self.pool.lock().expect("reader pool").idle.pop();
         let conn = match pooled {
             Some(c) => c,
             None => {
@@ -535,7 +540,10 @@ impl SqliteReader {
             }
         };
         let out = f(&conn);
-        self.pool.lock().expect("reader pool").push(conn);
+        let mut pool = self.pool.lock().expect("reader pool");
+        if !pool.closed {
+            pool.idle.push(conn);
+        }
         out
     }
 }
@@ -640,6 +648,15 @@ impl LogReader for SqliteReader {
 
     fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
         self.with_conn(|conn| find_by_key(conn, run_id, key))
+    }
+
+    fn close(&self) {
+        let idle = {
+            let mut pool = self.pool.lock().expect("reader pool");
+            pool.closed = true;
+            std::mem::take(&mut pool.idle)
+        };
+        drop(idle);
     }
 }
 

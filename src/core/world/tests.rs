@@ -119,7 +119,7 @@ fn two_worlds_on_one_directory_stay_dense() {
 #[test]
 fn virtual_world_keeps_the_same_rules() {
     let (c, rx) = channel();
-    let world = World::open_virtual(Pricing::default(), c);
+    let world = World::open_virtual(Pricing::default(), c).unwrap();
     world.append(1, append("run_v", 1)).unwrap();
     assert_eq!(json_of(wait_all(&rx, 1).remove(0).1)["sequence"], 1);
     // With nothing in flight, a small payload is prepared on the caller's thread: its
@@ -170,7 +170,7 @@ fn virtual_world_keeps_the_same_rules() {
 #[test]
 fn call_order_holds_when_large_and_small_payloads_mix() {
     let (c, rx) = channel();
-    let world = World::open_virtual(Pricing::default(), c);
+    let world = World::open_virtual(Pricing::default(), c).unwrap();
     let n = 300u64;
     for i in 0..n {
         let pad = if i % 7 == 0 {
@@ -208,7 +208,7 @@ fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
         let world = if local {
             World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap()
         } else {
-            World::open_virtual(Pricing::default(), c)
+            World::open_virtual(Pricing::default(), c).unwrap()
         };
         world.acquire_lock(1, "run:run_c".into(), Duration::ZERO).unwrap();
         let held = json_of(wait_all(&rx, 1).pop().unwrap().1);
@@ -389,7 +389,7 @@ fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
 fn a_refused_keyed_append_settles_before_a_close_called_after_it() {
     for _ in 0..50 {
         let (c, rx) = channel();
-        let world = World::open_virtual(Pricing::default(), c);
+        let world = World::open_virtual(Pricing::default(), c).unwrap();
         let mut r = append("run_c", 0);
         r.event_type = "note".into();
         r.key = Some("k".into());
@@ -399,4 +399,56 @@ fn a_refused_keyed_append_settles_before_a_close_called_after_it() {
         let order: Vec<Ticket> = wait_all(&rx, 2).into_iter().map(|(t, _)| t).collect();
         assert_eq!(order, [1, 2]);
     }
+}
+
+#[test]
+fn at_the_thread_limit_opening_a_world_fails_with_world_io_and_works_once_threads_can_start() {
+    use crate::core::runtime::fail_thread_starts;
+    let dir = tempfile::tempdir().unwrap();
+    // At `normal`: the checkpoint thread, then the prep and writer threads; at `full`, no
+    // checkpoint thread.
+    for (durability, starts) in [(Durability::Normal, 3), (Durability::Full, 2)] {
+        for ok in 0..starts {
+            let (c, _rx) = channel();
+            fail_thread_starts(ok, 1);
+            let err = match World::open_local(dir.path(), durability, Pricing::default(), c) {
+                Err(e) => e,
+                Ok(_) => panic!("{durability:?}: opened with start {ok} failing"),
+            };
+            assert_eq!(err.code(), "WORLD_IO", "{err}");
+            assert!(err.to_string().contains("Resource temporarily unavailable"), "{err}");
+        }
+    }
+    let (c, _rx) = channel();
+    fail_thread_starts(1, 1);
+    assert_eq!(
+        World::open_virtual(Pricing::default(), c).err().unwrap().code(),
+        "WORLD_IO"
+    );
+
+    // Once threads can start again, the world opens and works, and a lock's thread that cannot
+    // start fails that acquire alone, and a close still completes.
+    fail_thread_starts(0, 0);
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Full, Pricing::default(), c).unwrap();
+    world.append(1, append("run_t", 0)).unwrap();
+    assert_eq!(json_of(wait_all(&rx, 1).pop().unwrap().1)["sequence"], 1);
+    fail_thread_starts(0, 1);
+    let err = world
+        .acquire_lock(2, "run:run_t".into(), std::time::Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(err.code(), "WORLD_IO", "{err}");
+    world
+        .acquire_lock(3, "run:run_t".into(), std::time::Duration::ZERO)
+        .unwrap();
+    let lock = json_of(wait_all(&rx, 1).pop().unwrap().1);
+    assert_eq!(lock["name"], "run:run_t");
+    fail_thread_starts(0, usize::MAX);
+    world.close(4).unwrap();
+    let (ticket, out) = wait_all(&rx, 1).pop().unwrap();
+    assert_eq!(ticket, 4);
+    assert!(matches!(out, Ok(Output::Unit)));
+    fail_thread_starts(0, 0);
+    let envs = envelopes(&world, "run_t", 0, None);
+    assert_eq!(envs.len(), 1);
 }

@@ -1,0 +1,116 @@
+// What a world holds of the process's resources (file descriptors, threads), and what it does when
+// the process runs short of them.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { describe, expect, it } from 'vitest';
+import { appendEvent, listEvents, localWorld, materializeRunState, subscribe, type World } from '@little-workflow/world';
+import { packageRoot, tempDir } from './helpers';
+
+const onLinux = process.platform === 'linux';
+const openFds = () => readdirSync('/proc/self/fd').length;
+
+describe.runIf(onLinux)('file descriptors', () => {
+  it('are let go of at close, with reads done and a subscription paused between two events', async () => {
+    const dir = tempDir();
+    // Kept reachable, so that nothing is let go of by the garbage collector instead of close().
+    const closed: World[] = [];
+    const cycle = async () => {
+      const w = localWorld({ dataDir: dir });
+      await appendEvent(w, 'run_fd', { type: 'StepStarted', payload: { stepPath: 's' } });
+      await listEvents(w, 'run_fd');
+      await materializeRunState(w, 'run_fd');
+      const live = subscribe(w, 'run_fd');
+      await live.next(); // paused at its first event, watching for other writers
+      await w.close();
+      closed.push(w);
+    };
+    await cycle(); // what the process starts once (threads, the addon) is not counted
+    const before = openFds();
+    for (let i = 0; i < 25; i++) await cycle();
+    expect(openFds() - before).toBeLessThanOrEqual(2);
+    expect(closed).toHaveLength(26);
+  });
+});
+
+/** A pids cgroup this test may create and move a process into (cgroup v1 or v2, as root), or undefined. */
+function pidsCgroupRoot(): string | undefined {
+  if (!onLinux || process.getuid?.() !== 0) return undefined;
+  for (const root of ['/sys/fs/cgroup/pids', '/sys/fs/cgroup']) {
+    try {
+      if (readdirSync(root).includes('cgroup.procs') && (root.endsWith('pids') || readFileSync(join(root, 'cgroup.subtree_control'), 'utf8').includes('pids'))) return root;
+    } catch {
+      // not this layout
+    }
+  }
+  return undefined;
+}
+
+const CHILD = `
+const lw = require(process.argv[1]);
+const { once } = require('node:events');
+const lines = require('node:readline').createInterface({ input: process.stdin });
+const next = () => once(lines, 'line');
+const outcome = (p) => p.then(() => 'ok', (e) => e.code ?? String(e));
+(async () => {
+  const [dir, dirB] = process.argv.slice(2);
+  const a = lw.localWorld({ dataDir: dir });
+  await lw.appendEvent(a, 'run_t', { type: 'StepStarted', payload: { stepPath: 's' } });
+  await lw.listEvents(a, 'run_t');
+  const art = await lw.writeArtifact(a, { runId: 'run_t', stepPath: 's', name: 'big', contentType: 'application/octet-stream', encoding: 'bytes', payload: Buffer.alloc(6 << 20, 7) });
+  console.log('ready');
+  await next(); // the parent has put this process at its thread limit
+  const out = {};
+  out.open = await outcome((async () => lw.localWorld({ dataDir: dirB }))());
+  out.read = await outcome(lw.readArtifact(a, art.artifactRef).then((r) => { if (r.payload.length !== 6 << 20) throw new Error('short'); }));
+  out.lock = await outcome(lw.acquireRunLock(a, 'run_t'));
+  out.append = await outcome(lw.appendEvent(a, 'run_t', { type: 'StepStarted', payload: { stepPath: 's2' } }));
+  out.close = await outcome(a.close());
+  console.log(JSON.stringify(out));
+  await next(); // the limit is lifted
+  const b = lw.localWorld({ dataDir: dirB });
+  out.after = (await lw.appendEvent(b, 'run_t', { type: 'StepStarted', payload: { stepPath: 's' } })).sequence;
+  await b.close();
+  console.log(JSON.stringify(out));
+  process.exit(0);
+})().catch((e) => { console.log('failed ' + e.stack); process.exit(3); });
+`;
+
+describe.runIf(pidsCgroupRoot() !== undefined)('at the process thread limit (a pids cgroup)', () => {
+  it('opening a world, taking a lock and closing give errors or succeed, and never abort the process', async () => {
+    const root = pidsCgroupRoot() as string;
+    const group = join(root, `little-world-test-${process.pid}`);
+    mkdirSync(group);
+    const child = spawn(process.execPath, ['-e', CHILD, packageRoot, tempDir(), tempDir()], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    const lines = createInterface({ input: child.stdout });
+    const exited = once(child, 'exit') as Promise<[number | null, string | null]>;
+    const next = () =>
+      Promise.race([
+        once(lines, 'line').then(([line]) => String(line)),
+        exited.then(([code, signal]) => Promise.reject(new Error(`the child ended (${code ?? signal}): ${stderr}`))),
+      ]);
+    try {
+      expect(await next()).toBe('ready');
+      // Not one thread more than the process has now.
+      writeFileSync(join(group, 'pids.max'), String(readdirSync(`/proc/${child.pid}/task`).length));
+      writeFileSync(join(group, 'cgroup.procs'), String(child.pid));
+      child.stdin.write('go\n');
+      const limited = JSON.parse(await next());
+      writeFileSync(join(group, 'pids.max'), 'max');
+      child.stdin.write('go\n');
+      const after = JSON.parse(await next());
+      const [code] = await exited;
+      expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+      expect(limited).toEqual({ open: 'WORLD_IO', read: 'ok', lock: 'WORLD_IO', append: 'ok', close: 'ok' });
+      expect(after.after).toBe(1);
+    } finally {
+      child.kill('SIGKILL');
+      await exited;
+      rmdirSync(group);
+    }
+  });
+});
