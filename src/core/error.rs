@@ -122,9 +122,14 @@ pub enum WorldError {
     },
 
     /// SQLite failed in a way that is not corruption.
-    #[error("{context}: {source}")]
+    #[error("{context}{}: {source}{}", .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default(), .os.as_ref().map(|o| format!(" ({o})")).unwrap_or_default())]
     Sqlite {
         context: String,
+        /// The database file, once known (see [`WorldError::in_database`]).
+        path: Option<PathBuf>,
+        /// What the operating system said, when SQLite's own message ("disk I/O error", "unable
+        /// to open database file") hides it.
+        os: Option<String>,
         #[source]
         source: Arc<rusqlite::Error>,
     },
@@ -183,7 +188,7 @@ impl WorldError {
                 json!({ "outerLoopId": outer_loop_id })
             }
             WorldError::ReplayRefused { run_id, sequences, .. } => json!({ "runId": run_id, "sequences": sequences }),
-            WorldError::Io { path, .. } => json!({ "path": path }),
+            WorldError::Io { path, .. } | WorldError::Sqlite { path, .. } => json!({ "path": path }),
             WorldError::ArtifactBlobMissing { artifact_id, path } => json!({ "artifactId": artifact_id, "path": path }),
             _ => json!({}),
         }
@@ -233,8 +238,33 @@ impl WorldError {
         }
         WorldError::Sqlite {
             context,
+            path: None,
+            os: None,
             source: Arc::new(source),
         }
+    }
+
+    /// Say which database file a SQLite error is about, and, for an I/O failure or a file that
+    /// would not open, what the operating system said (read from `conn`, which failed last).
+    pub fn in_database(mut self, db: &std::path::Path, conn: Option<&rusqlite::Connection>) -> Self {
+        if let WorldError::Sqlite { path, os, source, .. } = &mut self {
+            if path.is_none() {
+                *path = Some(db.to_path_buf());
+            }
+            let io_failure = matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::SystemIoFailure | rusqlite::ErrorCode::CannotOpen)
+            );
+            if let (None, true, Some(conn)) = (&os, io_failure, conn) {
+                // SAFETY: the handle is valid for as long as `conn` is borrowed; the call only
+                // reads the connection's last system error number.
+                let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+                if errno != 0 {
+                    *os = Some(std::io::Error::from_raw_os_error(errno).to_string());
+                }
+            }
+        }
+        self
     }
 }
 

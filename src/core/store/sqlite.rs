@@ -33,28 +33,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open (creating if needed) the event store of `data_dir`.
 pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, SqliteReader)> {
     let dir = data_dir.join("events");
-    crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
     let path = dir.join("events.db");
+    check_path_length(&path)?;
+    crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
     let mut conn = connect(&path, Access::ReadWrite)?;
-    let shown = path.display().to_string();
-    schema::check(&conn, &shown)?;
-    let mode = enable_wal(&conn)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(WorldError::Path {
-            message: format!("{shown}: cannot use WAL mode (journal_mode is {mode})"),
-        });
-    }
-    let sync = match durability {
-        Durability::Full => "FULL",
-        Durability::Normal => "NORMAL",
-    };
-    conn.pragma_update(None, "synchronous", sync)
-        .map_err(|e| WorldError::sqlite("setting synchronous", e))?;
-    schema::migrate(&mut conn, &shown)?;
-    let checkpointer = match durability {
-        Durability::Normal => Some(Checkpointer::start(&mut conn, &path)?),
-        Durability::Full => None,
-    };
+    let checkpointer = prepare_writer(&mut conn, &path, durability).map_err(|e| on(&conn, e))?;
     let reader = SqliteReader::new(path.clone(), Access::ReadWrite);
     Ok((
         SqliteWriter {
@@ -67,11 +50,35 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     ))
 }
 
+/// Check, upgrade and configure the writer's connection; at `normal`, start its checkpoint thread.
+fn prepare_writer(conn: &mut Connection, path: &Path, durability: Durability) -> Result<Option<Checkpointer>> {
+    let shown = path.display().to_string();
+    schema::check(conn, &shown)?;
+    let mode = enable_wal(conn)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(WorldError::Path {
+            message: format!("{shown}: cannot use WAL mode (journal_mode is {mode})"),
+        });
+    }
+    let sync = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(|e| WorldError::sqlite("setting synchronous", e))?;
+    schema::migrate(conn, &shown)?;
+    Ok(match durability {
+        Durability::Normal => Some(Checkpointer::start(conn, path)?),
+        Durability::Full => None,
+    })
+}
+
 /// Open the event store of `data_dir` for reading only: nothing is created, upgraded or written,
 /// so a world written by an earlier version stays openable by it. The store must hold a world of
 /// this build's schema version or an earlier one (reads use the table every version has).
 pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
     let path = data_dir.join("events").join("events.db");
+    check_path_length(&path)?;
     if !path.is_file() {
         return Err(WorldError::Path {
             message: format!("no world at {}: {} does not exist", data_dir.display(), path.display()),
@@ -138,11 +145,60 @@ fn connect(path: &Path, access: Access) -> Result<Connection> {
         Access::ReadWrite => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
         Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags)
-        .map_err(|e| WorldError::sqlite(format!("opening {}", path.display()), e))?;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| {
+        let mut err = WorldError::sqlite("opening", e).in_database(path, None);
+        // SQLite's "unable to open database file" hides why; opening the file here tells.
+        if let WorldError::Sqlite { os: os @ None, .. } = &mut err {
+            let tried = std::fs::OpenOptions::new()
+                .read(true)
+                .write(access == Access::ReadWrite)
+                .create(access == Access::ReadWrite)
+                .truncate(false)
+                .open(path);
+            if let Err(cause) = tried {
+                *os = Some(cause.to_string());
+            }
+        }
+        err
+    })?;
     conn.busy_timeout(BUSY_TIMEOUT)
-        .map_err(|e| WorldError::sqlite("setting busy_timeout", e))?;
+        .map_err(|e| on(&conn, WorldError::sqlite("setting busy_timeout", e)))?;
     Ok(conn)
+}
+
+/// `err`, naming the database file of `conn` and, for an I/O failure, what the operating system
+/// said (SQLite reports only "disk I/O error").
+fn on(conn: &Connection, err: WorldError) -> WorldError {
+    match conn.path() {
+        Some(p) if !p.is_empty() => err.in_database(Path::new(p), Some(conn)),
+        _ => err,
+    }
+}
+
+/// Longest path of a database file SQLite opens: its unix VFS allows 512 bytes for any path, and a
+/// database's path must leave room for its `-journal` suffix.
+#[cfg(unix)]
+const MAX_DATABASE_PATH: usize = 512 - "-journal".len();
+
+/// Refuse a database path SQLite cannot open for its length, saying so (SQLite says only "unable
+/// to open database file"), before any directory is created for it.
+fn check_path_length(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        let len = std::path::absolute(path).map_or(0, |p| p.as_os_str().len());
+        if len > MAX_DATABASE_PATH {
+            return Err(WorldError::Path {
+                message: format!(
+                    "{}: the path of the event store would be {len} bytes long, and SQLite opens at most \
+                     {MAX_DATABASE_PATH}: choose a data directory with a shorter path",
+                    path.display()
+                ),
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// The writer's connection.
@@ -275,6 +331,12 @@ impl SqliteWriter {
 
 impl LogWriter for SqliteWriter {
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+        self.write(body).map_err(|e| on(&self.conn, e))
+    }
+}
+
+impl SqliteWriter {
+    fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         self.exec("BEGIN IMMEDIATE", "beginning a write transaction")?;
         let version = match self.data_version() {
             Ok(v) => v,
@@ -535,11 +597,11 @@ impl SqliteReader {
                 // Readers map the database instead of copying each page through read(2).
                 c.pragma_update(None, "query_only", true)
                     .and_then(|_| c.pragma_update(None, "mmap_size", READER_MMAP))
-                    .map_err(|e| WorldError::sqlite("opening a reader", e))?;
+                    .map_err(|e| on(&c, WorldError::sqlite("opening a reader", e)))?;
                 c
             }
         };
-        let out = f(&conn);
+        let out = f(&conn).map_err(|e| on(&conn, e));
         let mut pool = self.pool.lock().expect("reader pool");
         if !pool.closed {
             pool.idle.push(conn);
@@ -829,5 +891,59 @@ mod tests {
         drop(writer);
         drop(reader);
         assert!(!wal.exists());
+    }
+
+    #[test]
+    fn a_data_directory_too_long_for_sqlite_is_refused_saying_so_before_anything_is_created() {
+        let root = tempfile::tempdir().unwrap();
+        let base = root.path().canonicalize().unwrap();
+        // The store is `<data dir>/events/events.db`: 17 bytes past the data directory.
+        let fits = MAX_DATABASE_PATH - 17 - base.as_os_str().len() - 1;
+        let dir_of = |n: usize| {
+            let name = "d".repeat(n);
+            let mut d = base.clone();
+            for part in name.as_bytes().chunks(200) {
+                d.push(std::str::from_utf8(part).unwrap());
+            }
+            d
+        };
+        // Each 200-byte component adds a separator: aim the total at the limit exactly.
+        let mut n = fits;
+        while dir_of(n).join("events/events.db").as_os_str().len() > MAX_DATABASE_PATH {
+            n -= 1;
+        }
+        let ok = dir_of(n);
+        assert_eq!(ok.join("events/events.db").as_os_str().len(), MAX_DATABASE_PATH);
+        std::fs::create_dir_all(&ok).unwrap();
+        open(&ok, Durability::Normal).map(drop).unwrap();
+        let long = dir_of(n + 1);
+        std::fs::create_dir_all(&long).unwrap();
+        let err = open(&long, Durability::Normal).map(drop).unwrap_err();
+        assert_eq!(err.code(), "WORLD_PATH", "{err}");
+        assert!(err.to_string().contains("SQLite opens at most 504"), "{err}");
+        assert!(!long.join("events").exists());
+        assert_eq!(open_read_only(&long).map(drop).unwrap_err().code(), "WORLD_PATH");
+    }
+
+    #[test]
+    fn a_file_system_failure_names_the_database_and_what_the_system_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("events/events.db");
+        drop(open(dir.path(), Durability::Normal).unwrap());
+        // A directory where the WAL file belongs: SQLite says "unable to open database file".
+        std::fs::create_dir(db.with_file_name("events.db-wal")).unwrap();
+        let err = open(dir.path(), Durability::Normal).map(drop).unwrap_err();
+        assert_eq!(err.code(), "WORLD_IO", "{err}");
+        assert!(err.to_string().contains(&*db.to_string_lossy()), "{err}");
+        assert!(err.to_string().contains("Is a directory"), "{err}");
+        assert_eq!(err.details()["path"], db.to_string_lossy().as_ref());
+
+        // And the database itself a directory: the open fails, and says why.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(other.path().join("events/events.db")).unwrap();
+        let err = open(other.path(), Durability::Normal).map(drop).unwrap_err();
+        assert_eq!(err.code(), "WORLD_IO", "{err}");
+        assert!(err.to_string().starts_with("opening "), "{err}");
+        assert!(err.to_string().contains("Is a directory"), "{err}");
     }
 }
