@@ -38,12 +38,23 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
     let mut conn = connect(&path, Access::ReadWrite)?;
     let checkpointer = prepare_writer(&mut conn, &path, durability).map_err(|e| on(&conn, e))?;
+    // Both exist now: the connection has read the database in WAL mode.
+    let mut shm = path.clone().into_os_string();
+    shm.push("-shm");
+    let files = [path.clone(), PathBuf::from(shm)]
+        .into_iter()
+        .map(|p| match std::fs::File::open(&p) {
+            Ok(f) => Ok((f, p)),
+            Err(e) => Err(WorldError::io("opening", Some(p), e)),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let reader = SqliteReader::new(path.clone(), Access::ReadWrite);
     Ok((
         SqliteWriter {
             conn,
             tails: HashMap::new(),
             data_version: None,
+            files,
             _checkpointer: checkpointer,
         },
         reader,
@@ -209,6 +220,8 @@ pub struct SqliteWriter {
     /// `PRAGMA data_version` tells at the start of each transaction; otherwise it is cleared.
     tails: HashMap<String, Tail>,
     data_version: Option<i64>,
+    /// The database and its `-shm` file, as this writer opened them (see [`SqliteWriter::check_files`]).
+    files: Vec<(std::fs::File, PathBuf)>,
     _checkpointer: Option<Checkpointer>,
 }
 
@@ -321,6 +334,33 @@ impl SqliteWriter {
         exec(&self.conn, sql, what)
     }
 
+    /// Refuse to write once the database or its `-shm` file has been deleted while open (a
+    /// cleaner of old files, an `rm -rf` of the data directory). SQLite would carry on: commits
+    /// would go to a file no path leads to any more, lost at close, and other processes, creating
+    /// the files anew, would hand out the same sequences. One `fstat` each per transaction.
+    fn check_files(&self) -> Result<()> {
+        #[cfg(unix)]
+        for (file, path) in &self.files {
+            use std::os::unix::fs::MetadataExt;
+            let meta = file
+                .metadata()
+                .map_err(|e| WorldError::io("checking the event store", Some(path.clone()), e))?;
+            if meta.nlink() == 0 {
+                let deleted = std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "deleted while this world had it open, so appends would be lost and other processes \
+                     would not see them; close the world (and restore the data directory) before appending",
+                );
+                return Err(WorldError::io(
+                    "appending to the event store",
+                    Some(path.clone()),
+                    deleted,
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn data_version(&self) -> Result<i64> {
         self.conn
             .prepare_cached("PRAGMA data_version")
@@ -338,6 +378,10 @@ impl LogWriter for SqliteWriter {
 impl SqliteWriter {
     fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         self.exec("BEGIN IMMEDIATE", "beginning a write transaction")?;
+        if let Err(e) = self.check_files() {
+            let _ = self.exec("ROLLBACK", "rolling back");
+            return Err(e);
+        }
         let version = match self.data_version() {
             Ok(v) => v,
             Err(e) => {
@@ -945,5 +989,37 @@ mod tests {
         assert_eq!(err.code(), "WORLD_IO", "{err}");
         assert!(err.to_string().starts_with("opening "), "{err}");
         assert!(err.to_string().contains("Is a directory"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_writer_whose_files_were_deleted_while_open_refuses_to_write() {
+        for deleted in ["the data directory", "events.db-shm", "events.db"] {
+            let root = tempfile::tempdir().unwrap();
+            let dir = root.path().join("world");
+            let (mut writer, _reader) = open(&dir, Durability::Normal).unwrap();
+            commit_rows(&mut writer, "run_d", 0, 1);
+            match deleted {
+                "the data directory" => std::fs::remove_dir_all(&dir).unwrap(),
+                file => std::fs::remove_file(dir.join("events").join(file)).unwrap(),
+            }
+            let err = writer.transaction(&mut |_| Ok(())).unwrap_err();
+            assert_eq!(err.code(), "WORLD_IO", "{deleted}: {err}");
+            assert!(
+                err.to_string().contains("deleted while this world had it open"),
+                "{deleted}: {err}"
+            );
+            // Nothing is held: a fresh store at the path takes the write lock at once. (This
+            // process's SQLite keeps sharing the deleted `-shm` among its connections to the same
+            // database, and a world opened on it here is refused too.)
+            match deleted {
+                "events.db" => {
+                    let (mut other, _) = open(&dir, Durability::Normal).unwrap();
+                    other.transaction(&mut |_| Ok(())).unwrap();
+                }
+                "events.db-shm" => assert_eq!(open(&dir, Durability::Normal).map(drop).unwrap_err().code(), "WORLD_IO"),
+                _ => {}
+            }
+        }
     }
 }
