@@ -71,6 +71,15 @@ export declare class NativeWorld {
   close(): Promise<void>
 }
 
+/**
+ * Which loaded copy of this library (and of the SQLite built into it) answers: the address of
+ * one of its statics, the same for every `require` of one file and different for another copy.
+ * Two copies in one process cannot see each other's SQLite locks (POSIX locks are per process,
+ * and SQLite shares them only among its own connections), so `world.ts` refuses to open a data
+ * directory through one copy while another has it open.
+ */
+export declare function addonInstanceId(): string
+
 /** The bundled pricing registry's JSON text. */
 export declare function bundledPricingJson(): string
 

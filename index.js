@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeWorld = nativeBinding.NativeWorld
+module.exports.addonInstanceId = nativeBinding.addonInstanceId
 module.exports.bundledPricingJson = nativeBinding.bundledPricingJson
 module.exports.canonicalizeJson = nativeBinding.canonicalizeJson
 module.exports.foldRunEventsJson = nativeBinding.foldRunEventsJson

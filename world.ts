@@ -6,9 +6,9 @@
  * payloads into JSON text on the way in and frozen objects on the way out, and maps the core's
  * error codes to the error classes below. Every rule about events lives in the core.
  */
-import { watch, type FSWatcher } from 'node:fs';
+import { realpathSync, watch, type FSWatcher } from 'node:fs';
 import { setTimeout as after, clearTimeout as cancel } from 'node:timers';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import * as native from './index.js';
 
 type NativeWorld = native.NativeWorld;
@@ -315,6 +315,56 @@ const shared = ((globalThis as Record<symbol, unknown>)[Symbol.for('@little-work
 const natives = shared.natives;
 const wakers = shared.wakers;
 
+/**
+ * The local data directories open in this process (by their real path), with the copy of the
+ * addon that opened them and how many of its worlds have each open. Shared, like `shared`, by
+ * every copy of this module in the process, so that two copies of the package (two versions that
+ * npm could not dedupe) never open one directory at once: each copy has its own SQLite, the two
+ * cannot see each other's POSIX locks, and closing one copy's world deleted the WAL under the
+ * other's, with appends it had acknowledged.
+ */
+type OpenDirs = Map<string, { addon: string; worlds: number }>;
+const openDirs: OpenDirs = ((shared as { openDirs?: OpenDirs }).openDirs ??= new Map());
+const ADDON = native.addonInstanceId();
+/** How each world lets go of its claim on its data directory (once). */
+const claims = new WeakMap<World, () => void>();
+const unclaimOnCollect = new FinalizationRegistry<() => void>((release) => release());
+
+/** Refuse `dataDir` while another copy of the addon has it open. */
+function checkNoOtherCopy(dataDir: string): void {
+  let real: string;
+  try {
+    real = realpathSync.native(resolve(dataDir));
+  } catch {
+    return; // no such directory yet: nobody has it open
+  }
+  const held = openDirs.get(real);
+  if (held !== undefined && held.worlds > 0 && held.addon !== ADDON) {
+    throw new WorldPathError(
+      'WORLD_PATH',
+      `${real} is open through another copy of @little-workflow/world in this process: two copies of ` +
+        'SQLite in one process cannot see each other\'s locks and would lose appends. Load one copy ' +
+        '(npm dedupe, or one version for every dependent), or close the other copy\'s worlds first',
+      { path: real },
+    );
+  }
+}
+
+/** Record that `world` has its data directory open through this copy, until it closes or is collected. */
+function claimDir(world: World, real: string): void {
+  let held = openDirs.get(real);
+  if (held === undefined || held.worlds === 0) openDirs.set(real, (held = { addon: ADDON, worlds: 0 }));
+  held.worlds++;
+  let done = false;
+  const release = () => {
+    if (done) return;
+    done = true;
+    if (--held.worlds === 0 && openDirs.get(real) === held) openDirs.delete(real);
+  };
+  claims.set(world, release);
+  unclaimOnCollect.register(world, release, world);
+}
+
 function wakeSubscribers(world: World): void {
   const set = wakers.get(world);
   if (set) for (const wake of [...set]) wake();
@@ -333,6 +383,8 @@ class OpenWorld implements World {
 
   async close(): Promise<void> {
     await call(() => handleOf(this).close());
+    claims.get(this)?.();
+    unclaimOnCollect.unregister(this);
     wakeSubscribers(this); // live subscriptions notice the close now, not at their next poll
     // A subscription paused between two events would otherwise keep the watcher (an inotify
     // descriptor) until its consumer pulls again, which may be never.
@@ -382,7 +434,10 @@ export function localWorld(opts?: LocalWorldOptions): World {
   const pricing = pricingText(o.pricing);
   const readOnly = o.readOnly ?? false;
   if (typeof readOnly !== 'boolean') invalid('readOnly', 'must be a boolean');
-  return new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability, pricing, readOnly)));
+  checkNoOtherCopy(dataDir);
+  const world = new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability, pricing, readOnly)));
+  claimDir(world, world.dataDir as string);
+  return world;
 }
 
 /** Open a fresh world in memory: the same rules, nothing on disk. */

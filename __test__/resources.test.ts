@@ -2,11 +2,12 @@
 // the process runs short of them.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { appendEvent, listEvents, localWorld, materializeRunState, subscribe, type World } from '@little-workflow/world';
+import { appendEvent, listEvents, localWorld, materializeRunState, subscribe, type World, type WorldError } from '@little-workflow/world';
 import { packageRoot, tempDir } from './helpers';
 
 const onLinux = process.platform === 'linux';
@@ -112,5 +113,43 @@ describe.runIf(pidsCgroupRoot() !== undefined)('at the process thread limit (a p
       await exited;
       rmdirSync(group);
     }
+  });
+});
+
+describe('two copies of the package in one process', () => {
+  it('never have one data directory open at once: each has its own SQLite, blind to the other\'s locks', async () => {
+    // A second installed copy, as npm installs when two dependents need versions it cannot dedupe.
+    const copy = join(tempDir(), 'node_modules', '@little-workflow', 'world');
+    mkdirSync(copy, { recursive: true });
+    for (const f of readdirSync(packageRoot).filter((f) => /^(world\.(js|mjs)|index\.js|package\.json|.*\.node)$/.test(f))) {
+      copyFileSync(join(packageRoot, f), join(copy, f));
+    }
+    const other = (await import(pathToFileURL(join(copy, 'world.mjs')).href)) as typeof import('@little-workflow/world');
+    const dataDir = tempDir();
+    const mine = localWorld({ dataDir });
+    await appendEvent(mine, 'run_c', { type: 'StepStarted', payload: { stepPath: 'a' } });
+    const refused = (() => {
+      try {
+        other.localWorld({ dataDir });
+      } catch (err) {
+        return err as WorldError;
+      }
+    })();
+    expect(refused?.code).toBe('WORLD_PATH');
+    expect(refused?.message).toMatch(/open through another copy of @little-workflow\/world in this process/);
+    expect(() => other.localWorld({ dataDir, readOnly: true })).toThrow(/another copy/);
+    // Another directory is no concern, and this copy may open more worlds on its own.
+    const elsewhere = other.localWorld({ dataDir: tempDir() });
+    await other.appendEvent(elsewhere, 'run_c', { type: 'StepStarted', payload: { stepPath: 'b' } });
+    await elsewhere.close();
+    const again = localWorld({ dataDir });
+    await mine.close();
+    expect(() => other.localWorld({ dataDir })).toThrow(/another copy/);
+    await again.close();
+    // Once this copy's worlds are closed, the other copy may open the directory.
+    const theirs = other.localWorld({ dataDir });
+    expect((await other.appendEvent(theirs, 'run_c', { type: 'StepStarted', payload: { stepPath: 'c' } })).sequence).toBe(2);
+    expect(() => localWorld({ dataDir })).toThrow(/another copy/);
+    await theirs.close();
   });
 });

@@ -71,3 +71,14 @@ fn parse_events(text: &str) -> crate::core::error::Result<Vec<serde_json::Value>
         Err(e) => Err(WorldError::validation("events", e.to_string())),
     }
 }
+
+/// Which loaded copy of this library (and of the SQLite built into it) answers: the address of
+/// one of its statics, the same for every `require` of one file and different for another copy.
+/// Two copies in one process cannot see each other's SQLite locks (POSIX locks are per process,
+/// and SQLite shares them only among its own connections), so `world.ts` refuses to open a data
+/// directory through one copy while another has it open.
+#[napi(js_name = "addonInstanceId")]
+pub fn addon_instance_id() -> String {
+    static ME: u8 = 0;
+    format!("{}:{:p}", std::process::id(), &ME)
+}

@@ -54,38 +54,64 @@ fn payload_slice<'a>(row: &RowRef<'a>, scratch: &mut Vec<u8>) -> Option<&'a str>
     ok.then(|| &row.envelope[head..env.len() - tail])
 }
 
-/// The envelopes of `run_id` after `after` (at most `limit`), packed.
-pub fn list_packed(reader: &dyn LogReader, run_id: &str, after: u64, limit: Option<u64>) -> Result<Packed> {
+/// Longest text of one part, in UTF-16 code units: V8's strings hold at most 2^29 - 24, and a
+/// listing that would not fit one string is handed over in several parts.
+const PART_MAX: usize = 1 << 28;
+
+/// The envelopes of `run_id` after `after` (at most `limit`), packed into parts of at most
+/// [`PART_MAX`] code units of text each (one part unless the listing is very large).
+pub fn list_packed(reader: &dyn LogReader, run_id: &str, after: u64, limit: Option<u64>) -> Result<Vec<Packed>> {
+    list_packed_in_parts(reader, run_id, after, limit, PART_MAX)
+}
+
+fn list_packed_in_parts(
+    reader: &dyn LogReader,
+    run_id: &str,
+    after: u64,
+    limit: Option<u64>,
+    part_max: usize,
+) -> Result<Vec<Packed>> {
     // Room for a typical row, so the text is not copied as it grows.
     let expected = limit.unwrap_or(1024).min(1 << 20) as usize;
+    let mut parts = Vec::new();
     let mut text = String::with_capacity(expected * 320);
     let mut table = Vec::with_capacity(expected * STRIDE);
-    // Where the next piece starts, in UTF-16 code units.
+    // Where the next piece starts in this part's text, in UTF-16 code units.
     let mut at = 0usize;
     let mut scratch = Vec::with_capacity(256);
-    let push = |text: &mut String, at: &mut usize, s: &str| {
-        text.push_str(s);
-        let start = *at;
-        *at += utf16_len(s);
-        start as f64
-    };
     reader.rows(run_id, after, limit, &mut |row| {
         let payload = payload_slice(&row, &mut scratch).ok_or_else(|| WorldError::EventLogCorrupt {
             run_id: Some(row.run_id.to_string()),
             sequence: Some(row.sequence),
             reason: "the stored envelope is not in canonical form".into(),
         })?;
+        let pieces = [
+            row.event_id,
+            row.recorded_at,
+            row.event_type,
+            row.key.unwrap_or(""),
+            row.digest.unwrap_or(""),
+            payload,
+        ];
+        let lens = pieces.map(utf16_len);
+        if at > 0 && at + lens.iter().sum::<usize>() > part_max {
+            parts.push(Packed {
+                text: std::mem::take(&mut text),
+                table: std::mem::take(&mut table),
+            });
+            at = 0;
+        }
         table.push(row.sequence as f64);
-        table.push(push(&mut text, &mut at, row.event_id));
-        table.push(push(&mut text, &mut at, row.recorded_at));
-        table.push(push(&mut text, &mut at, row.event_type));
-        table.push(push(&mut text, &mut at, row.key.unwrap_or("")));
-        table.push(push(&mut text, &mut at, row.digest.unwrap_or("")));
-        table.push(push(&mut text, &mut at, payload));
+        for (piece, len) in pieces.into_iter().zip(lens) {
+            table.push(at as f64);
+            text.push_str(piece);
+            at += len;
+        }
         table.push(at as f64);
         Ok(())
     })?;
-    Ok(Packed { text, table })
+    parts.push(Packed { text, table });
+    Ok(parts)
 }
 
 /// Rows per part above which a listing is read by two threads at once.
@@ -103,7 +129,7 @@ pub fn list_packed_parallel(
     let end = limit.map_or(last, |l| last.min(after.saturating_add(l)));
     let count = end.saturating_sub(after);
     if count < 2 * SPLIT_AT {
-        return Ok(vec![list_packed(reader, run_id, after, limit)?]);
+        return list_packed(reader, run_id, after, limit);
     }
     let mid = after + count / 2;
     let halves = std::thread::scope(|scope| {
@@ -119,8 +145,8 @@ pub fn list_packed_parallel(
         Some((first, second))
     });
     match halves {
-        Some((first, second)) => Ok(vec![first?, second?]),
-        None => Ok(vec![list_packed(reader, run_id, after, limit)?]),
+        Some((first, second)) => Ok(first?.into_iter().chain(second?).collect()),
+        None => list_packed(reader, run_id, after, limit),
     }
 }
 
@@ -154,5 +180,65 @@ mod tests {
     fn offsets_count_utf16_units() {
         assert_eq!(utf16_len("abc"), 3);
         assert_eq!(utf16_len("é😀"), 3);
+    }
+
+    #[test]
+    fn a_listing_too_long_for_one_string_comes_in_parts_of_whole_rows() {
+        use crate::core::store::{memory::MemoryLog, LogWriter};
+        let mut log = MemoryLog::new();
+        let envelopes: Vec<String> = (1..=10u64)
+            .map(|s| {
+                format!(
+                    r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"run_p","sequence":{s},"type":"t"}}"#,
+                    "é".repeat(s as usize * 10)
+                )
+            })
+            .collect();
+        log.transaction(&mut |tx| {
+            for (i, envelope) in envelopes.iter().enumerate() {
+                tx.insert(&RowRef {
+                    run_id: "run_p",
+                    sequence: i as u64 + 1,
+                    event_id: &format!("evt_{:016}", i + 1),
+                    event_type: "t",
+                    key: None,
+                    digest: None,
+                    recorded_at: "2026-01-01T00:00:00.000Z",
+                    envelope,
+                })?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let whole = list_packed_in_parts(&log, "run_p", 0, None, usize::MAX).unwrap();
+        assert_eq!(whole.len(), 1);
+        let parts = list_packed_in_parts(&log, "run_p", 0, None, 300).unwrap();
+        assert!(parts.len() > 3, "{}", parts.len());
+        // Each part holds whole rows, at most 300 code units unless one row alone is longer, and
+        // its offsets start at 0; the rows and pieces are the same as in one part.
+        let pieces = |p: &Packed| -> Vec<(f64, Vec<String>)> {
+            let utf16: Vec<u16> = p.text.encode_utf16().collect();
+            p.table
+                .chunks(STRIDE)
+                .map(|r| {
+                    let cut = |a: f64, b: f64| String::from_utf16(&utf16[a as usize..b as usize]).unwrap();
+                    (
+                        r[0],
+                        (1..STRIDE)
+                            .map(|i| cut(r[i], r.get(i + 1).copied().unwrap_or(r[STRIDE - 1])))
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        for p in &parts {
+            let rows = p.table.len() / STRIDE;
+            assert!(utf16_len(&p.text) <= 300 || rows == 1);
+            assert_eq!(p.table[1], 0.0);
+            assert_eq!(p.table[p.table.len() - 1] as usize, utf16_len(&p.text));
+        }
+        let split: Vec<_> = parts.iter().flat_map(pieces).collect();
+        assert_eq!(split, pieces(&whole[0]));
+        assert_eq!(split.len(), 10);
     }
 }
