@@ -50,6 +50,33 @@ async function listening(dataDir: string) {
 }
 
 describe('little serve', () => {
+  it('works out the list of runs once for the requests that arrive while it does', async () => {
+    const world = track(localWorld({ dataDir: await seeded(3), durability: 'normal' }));
+    let calls = 0;
+    const counting = {
+      ...lib,
+      listRuns: (w: Parameters<typeof lib.listRuns>[0]) => {
+        calls++;
+        return lib.listRuns(w);
+      },
+    };
+    const server = createServer(counting, world);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const port = (server.address() as AddressInfo).port;
+    try {
+      const bodies = await Promise.all(Array.from({ length: 5 }, () => fetch(`http://127.0.0.1:${port}/api/runs`).then((r) => r.json())));
+      expect(calls).toBe(1);
+      for (const b of bodies) expect(b).toEqual(bodies[0]);
+      expect(bodies[0]).toMatchObject([{ runId: 'run_r', eventCount: 3 }]);
+      // A request after the answer works it out again, and sees what was appended since.
+      await appendEvent(world, 'run_r', { type: 'Note', payload: {} });
+      expect(await (await fetch(`http://127.0.0.1:${port}/api/runs`)).json()).toMatchObject([{ runId: 'run_r', eventCount: 4 }]);
+      expect(calls).toBe(2);
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
+  });
+
   it('answers a request target that is not a path with 400, and keeps serving', async () => {
     const child = spawn(process.execPath, [LITTLE, 'serve', '--data-dir', await seeded(3), '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     children.push(child);

@@ -1125,8 +1125,13 @@
     });
     window.addEventListener('hashchange', () => select(runIdFromHash()));
     select(runIdFromHash());
-    pollRuns();
-    setInterval(pollRuns, RUNS_POLL_MS);
+    // One request at a time, and the next one RUNS_POLL_MS after the last answer: on a large
+    // world a listing takes seconds, and requests sent on a fixed interval piled up on the server.
+    const pollRunsForever = async () => {
+      await pollRuns();
+      setTimeout(pollRunsForever, RUNS_POLL_MS);
+    };
+    pollRunsForever();
     setInterval(() => { for (const li of $('runs').children) { const r = runsState.list.find((x) => x.runId === li.dataset.runId); if (r) li.querySelector('.run-time').textContent = fmtAgo(r.lastRecordedAt); } }, 5000);
   }
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', boot);

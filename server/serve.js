@@ -50,6 +50,17 @@ function sendJson(res, status, value) {
 /** Create the server for an open world. Resolves nothing by itself; call listen(). */
 function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS } = {}) {
   const open = new Set();
+  // Requests for the list of runs that arrive while one is being worked out share its answer:
+  // on a large world a listing takes seconds, and each tab, or each client, asking meanwhile
+  // would otherwise start another, taking the threads that live streams read with.
+  let listing;
+  const listRunsOnce = () =>
+    (listing ??= lib
+      .listRuns(world)
+      .then((runs) => [...runs].sort((a, b) => (a.lastRecordedAt < b.lastRecordedAt ? 1 : a.lastRecordedAt > b.lastRecordedAt ? -1 : 0)))
+      .finally(() => {
+        listing = undefined;
+      }));
   const handle = async (req, res) => {
     try {
       let url;
@@ -68,10 +79,7 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
         if (!existsSync(path)) return sendJson(res, 404, { error: `${file[0]} is not installed` });
         return send(res, 200, readFileSync(path), file[1]);
       }
-      if (url.pathname === '/api/runs') {
-        const runs = [...(await lib.listRuns(world))].sort((a, b) => (a.lastRecordedAt < b.lastRecordedAt ? 1 : a.lastRecordedAt > b.lastRecordedAt ? -1 : 0));
-        return sendJson(res, 200, runs);
-      }
+      if (url.pathname === '/api/runs') return sendJson(res, 200, await listRunsOnce());
       const m = /^\/api\/runs\/([^/]+)\/(events|state)$/.exec(url.pathname);
       if (!m) return sendJson(res, 404, { error: `no such path: ${url.pathname}` });
       let id;

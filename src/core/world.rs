@@ -126,7 +126,19 @@ struct Inner {
     outer_loops: Arc<OuterLoops>,
     pricing: Arc<Pricing>,
     completer: Arc<dyn Completer>,
+    /// What [`World::runs`] worked out for each stream, by its length (see [`Statuses`]).
+    statuses: Arc<Statuses>,
 }
+
+/// Each stream's status and cost as last worked out, with the stream's last sequence and event
+/// count then. A stream's status is a function of its events alone, which are never changed,
+/// only added to, so while both numbers are the same the status is too: a listing of runs folds
+/// only the streams that grew since the last one (it folded every stream on every call, and the
+/// inspector asks every few seconds). Started over past [`MAX_STATUSES`] streams.
+type Statuses = Mutex<std::collections::HashMap<String, ((u64, u64), serde_json::Value, serde_json::Value)>>;
+
+/// Most streams whose status a world remembers.
+const MAX_STATUSES: usize = 100_000;
 
 /// What a world keeps besides its event log.
 struct Stores {
@@ -286,6 +298,7 @@ impl World {
                 outer_loops: Arc::new(stores.outer_loops),
                 pricing: Arc::new(pricing),
                 completer,
+                statuses: Arc::default(),
             }),
         })
     }
@@ -507,13 +520,34 @@ impl World {
     pub fn runs(&self, ticket: Ticket) -> Result<()> {
         let reader = self.inner.reader.clone();
         let pricing = self.inner.pricing.clone();
+        let statuses = self.inner.statuses.clone();
         self.run(ticket, move || {
             let mut out = Vec::new();
             for s in reader.streams()? {
                 let mut row = serde_json::to_value(&s).expect("summary serializes");
-                // A damaged stream is listed as such; `little verify` says what is wrong with it.
-                let (status, cost) = stream_status(&*reader, &s.run_id, &pricing)
-                    .unwrap_or_else(|_| (serde_json::json!("unreadable"), serde_json::Value::Null));
+                let length = (s.last_sequence, s.event_count);
+                let known = statuses
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&s.run_id)
+                    .filter(|(at, ..)| *at == length)
+                    .map(|(_, status, cost)| (status.clone(), cost.clone()));
+                let (status, cost) = match known {
+                    Some(known) => known,
+                    None => match stream_status(&*reader, &s.run_id, &pricing) {
+                        Ok((status, cost)) => {
+                            let mut statuses = statuses.lock().unwrap_or_else(|p| p.into_inner());
+                            if statuses.len() >= MAX_STATUSES {
+                                statuses.clear();
+                            }
+                            statuses.insert(s.run_id.clone(), (length, status.clone(), cost.clone()));
+                            (status, cost)
+                        }
+                        // A damaged stream is listed as such; `little verify` says what is wrong
+                        // with it. (Not remembered: the read may have failed for a passing reason.)
+                        Err(_) => (serde_json::json!("unreadable"), serde_json::Value::Null),
+                    },
+                };
                 row["status"] = status;
                 row["costUsd"] = cost;
                 out.push(row);

@@ -452,3 +452,53 @@ fn at_the_thread_limit_opening_a_world_fails_with_world_io_and_works_once_thread
     let envs = envelopes(&world, "run_t", 0, None);
     assert_eq!(envs.len(), 1);
 }
+
+#[test]
+fn a_listing_of_runs_folds_again_only_the_streams_that_grew() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let typed = |run: &str, t: &str| AppendRequest {
+        event_type: t.into(),
+        payload_json: "{}".into(),
+        ..append(run, 0)
+    };
+    world.append(1, typed("run_a", "RunStarted")).unwrap();
+    world.append(2, typed("run_b", "RunStarted")).unwrap();
+    wait_all(&rx, 2);
+    let statuses = |ticket| {
+        world.runs(ticket).unwrap();
+        let (_, out) = wait_all(&rx, 1).pop().unwrap();
+        json_of(out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["runId"].as_str().unwrap().to_string(),
+                    r["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let both = |a: &str, b: &str| {
+        vec![
+            ("run_a".to_string(), a.to_string()),
+            ("run_b".to_string(), b.to_string()),
+        ]
+    };
+    assert_eq!(statuses(3), both("running", "running"));
+    // A stream that grew is folded again.
+    world.append(4, typed("run_a", "RunCompleted")).unwrap();
+    wait_all(&rx, 1);
+    assert_eq!(statuses(5), both("completed", "running"));
+    // One that did not is not read again: damaging its stored envelope (which its next fold
+    // would report as unreadable) changes nothing in the listing.
+    let db = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+    db.execute("UPDATE events SET envelope = 'not json' WHERE run_id = 'run_b'", [])
+        .unwrap();
+    assert_eq!(statuses(6), both("completed", "running"));
+    world.append(7, typed("run_b", "RunCompleted")).unwrap();
+    wait_all(&rx, 1);
+    assert_eq!(statuses(8), both("completed", "unreadable"));
+}
