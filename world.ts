@@ -1183,64 +1183,161 @@ export interface SubscribeOptions {
 /**
  * The committed events of a run (or session) after `afterSequence`, in order, then each new one as
  * it commits, including those appended by other processes on the same data directory (seen within
- * about 100 ms). Never skips or repeats a sequence. Ends when `signal` aborts or the world closes
- * (at once, with no more of a page already read); on a world already closed, the first `next()`
- * rejects with `WorldClosedError`.
+ * about 100 ms). Never skips or repeats a sequence. Ends when `signal` aborts, when `return()` is
+ * called (even while a `next()` waits for an event: that one then resolves as done), or when the
+ * world closes (at once, with no more of a page already read); what it holds (its wake-up, the
+ * watcher of other processes' commits) is let go of at that moment, whether or not its consumer
+ * pulls again. On a world already closed, the first `next()` rejects with `WorldClosedError`.
  * Events are read a page at a time as the consumer pulls, so a slow consumer holds a bounded buffer.
  */
-export async function* subscribe(world: World, streamId: string, opts?: SubscribeOptions): AsyncGenerator<EventEnvelope, void, undefined> {
-  const handle = nativeOf(world);
-  checkRunIdType(streamId, 'streamId');
-  const o = options(opts, 'subscribe options');
-  let after = o.afterSequence ?? 0;
-  if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
-  const signal = o.signal;
-  if (signal !== undefined && !(signal instanceof AbortSignal)) invalid('signal', 'must be an AbortSignal');
-  let set = wakers.get(world);
-  if (!set) wakers.set(world, (set = new Set()));
-  let wake: (() => void) | undefined;
-  // A wake that comes while the subscriber is reading (not waiting) must not be lost: what woke it
-  // may have committed after the read began, so it reads again before it waits.
-  let woken = false;
-  const waker = () => {
-    if (wake) wake();
-    else woken = true;
+export function subscribe(world: World, streamId: string, opts?: SubscribeOptions): AsyncGenerator<EventEnvelope, void, undefined> {
+  return new Subscription(world, streamId, opts);
+}
+
+const DONE: IteratorReturnResult<void> = Object.freeze({ done: true, value: undefined });
+
+/**
+ * A live subscription. Not an async generator: a generator's `return()` waits for a pending
+ * `next()`, which for a run that never grows again waits (and polls) for ever, and a generator
+ * parked between two events lets go of nothing until its consumer pulls again.
+ */
+class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
+  private started = false;
+  private finished = false;
+  private handle: NativeWorld | undefined;
+  private after = 0;
+  private signal: AbortSignal | undefined;
+  private page: EventEnvelope[] = [];
+  /** Whether a page has been read yet (the first read does not wait), and whether the last was full. */
+  private readOnce = false;
+  private lastPageFull = false;
+  /** Set when a wake came while reading, not waiting: what woke it may have committed after the read began. */
+  private woken = false;
+  /** Ends the current wait, if one is in progress. */
+  private wake: (() => void) | undefined;
+  private unwatch: (() => void) | undefined;
+  /** Serializes `next()` calls, as a generator does. */
+  private queue: Promise<unknown> = Promise.resolve();
+  private readonly waker = () => {
+    if (this.handle?.closed) this.finish();
+    else if (this.wake) this.wake();
+    else this.woken = true;
   };
-  const onAbort = () => wake?.();
-  set.add(waker);
-  const unwatch = watchForOtherWriters(world);
-  signal?.addEventListener('abort', onAbort);
-  try {
-    while (!signal?.aborted) {
-      let page: readonly EventEnvelope[];
-      woken = false;
-      try {
-        page = await listEvents(world, streamId, { afterSequence: after, limit: SUBSCRIBE_PAGE });
-      } catch (err) {
-        if (err instanceof WorldClosedError) return;
-        throw err;
-      }
-      for (const e of page) {
-        // Once the world has closed, not even the rest of a page already read.
-        if (signal?.aborted || handle.closed) return;
-        after = e.sequence;
-        yield e;
-      }
-      if (page.length === SUBSCRIBE_PAGE || woken) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, SUBSCRIBE_POLL_MS);
-        function done() {
-          clearTimeout(timer);
-          wake = undefined;
-          resolve();
+  private readonly onAbort = () => this.finish();
+
+  constructor(
+    private readonly world: World,
+    private readonly streamId: string,
+    private readonly opts: SubscribeOptions | undefined,
+  ) {}
+
+  next(): Promise<IteratorResult<EventEnvelope, void>> {
+    const pulled = this.queue.then(() => this.pull());
+    this.queue = pulled.catch(() => {});
+    return pulled;
+  }
+
+  return(): Promise<IteratorResult<EventEnvelope, void>> {
+    this.finish();
+    return Promise.resolve(DONE);
+  }
+
+  throw(err?: unknown): Promise<IteratorResult<EventEnvelope, void>> {
+    this.finish();
+    return Promise.reject(err);
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.finish();
+  }
+
+  /** Checks its arguments and starts listening for wakes: on the first `next()`, as a generator would. */
+  private start(): void {
+    this.started = true;
+    this.handle = nativeOf(this.world);
+    checkRunIdType(this.streamId, 'streamId');
+    const o = options(this.opts, 'subscribe options');
+    const after = o.afterSequence ?? 0;
+    if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
+    const signal = o.signal;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) invalid('signal', 'must be an AbortSignal');
+    this.after = after;
+    this.signal = signal;
+    let set = wakers.get(this.world);
+    if (!set) wakers.set(this.world, (set = new Set()));
+    set.add(this.waker);
+    this.unwatch = watchForOtherWriters(this.world);
+    signal?.addEventListener('abort', this.onAbort);
+  }
+
+  /** Stop, and let go of everything at once; a waiting `next()` resolves as done. */
+  private finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.page = [];
+    wakers.get(this.world)?.delete(this.waker);
+    this.unwatch?.();
+    this.signal?.removeEventListener('abort', this.onAbort);
+    this.wake?.();
+  }
+
+  private async pull(): Promise<IteratorResult<EventEnvelope, void>> {
+    if (this.finished) return DONE;
+    try {
+      if (!this.started) this.start();
+      for (;;) {
+        if (this.signal?.aborted) this.finish();
+        if (this.finished) return DONE;
+        const next = this.page.shift();
+        if (next !== undefined) {
+          // Once the world has closed, not even the rest of a page already read.
+          if (this.handle?.closed) {
+            this.finish();
+            return DONE;
+          }
+          this.after = next.sequence;
+          return { done: false, value: next };
         }
-        wake = done;
-      });
+        // After a short page, wait for a wake (unless one came meanwhile) before reading again.
+        if (this.readOnce && !this.lastPageFull && !this.woken) await this.waitForWake();
+        if (this.finished) return DONE;
+        this.woken = false;
+        this.readOnce = true;
+        let page: readonly EventEnvelope[];
+        try {
+          page = await listEvents(this.world, this.streamId, { afterSequence: this.after, limit: SUBSCRIBE_PAGE });
+        } catch (err) {
+          if (err instanceof WorldClosedError) {
+            this.finish();
+            return DONE;
+          }
+          throw err;
+        }
+        this.lastPageFull = page.length === SUBSCRIBE_PAGE;
+        if (!this.finished) this.page = [...page];
+      }
+    } catch (err) {
+      this.finish();
+      throw err;
     }
-  } finally {
-    set.delete(waker);
-    unwatch();
-    signal?.removeEventListener('abort', onAbort);
+  }
+
+  /** Until woken (an append here, a change seen on disk, an abort, a close) or the poll's time. */
+  private waitForWake(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, SUBSCRIBE_POLL_MS);
+      const self = this;
+      function done() {
+        clearTimeout(timer);
+        self.wake = undefined;
+        resolve();
+      }
+      this.wake = done;
+    });
   }
 }
 

@@ -1,6 +1,7 @@
 // Watching a run live: subscribe (in one process and across processes) and Server-Sent Events.
 import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { EventSource } from 'eventsource';
 import { describe, expect, it, vi } from 'vitest';
@@ -75,6 +76,49 @@ describe('subscribe', () => {
       vi.useRealTimers();
     }
   }, 15_000);
+
+  it('ends at return() even while a next() waits for an event, which then resolves as done', async () => {
+    const world = track(virtualWorld());
+    await appendEvent(world, 'run_ret', step(1));
+    const live = subscribe(world, 'run_ret');
+    expect((await live.next()).value?.sequence).toBe(1);
+    const waiting = live.next(); // the run never grows again
+    await new Promise((r) => setTimeout(r, 30));
+    const ended = await Promise.race([live.return(), new Promise((r) => setTimeout(() => r('still waiting'), 1000))]);
+    expect(ended).toEqual({ done: true, value: undefined });
+    expect(await waiting).toEqual({ done: true, value: undefined });
+    expect(await live.next()).toEqual({ done: true, value: undefined });
+    // Nothing is left to wake: the world's registry of live subscriptions (shared by every copy of
+    // the module, on globalThis) holds none.
+    const shared = (globalThis as Record<symbol, unknown>)[Symbol.for('@little-workflow/world:worlds')] as { wakers: WeakMap<World, Set<unknown>> };
+    expect(shared.wakers.get(world)?.size ?? 0).toBe(0);
+  });
+
+  it.runIf(process.platform === 'linux')('lets go of what it holds when aborted between two events, though its consumer never pulls again', async () => {
+    const dataDir = tempDir();
+    const world = track(localWorld({ dataDir }));
+    await appendEvent(world, 'run_ab', step(1));
+    await appendEvent(world, 'run_ab', step(2));
+    // Watches of this process's inotify instances (libuv keeps one for all of a loop's watchers).
+    const inotify = () =>
+      readdirSync('/proc/self/fd').reduce((n, fd) => {
+        try {
+          if (readlinkSync(`/proc/self/fd/${fd}`) !== 'anon_inode:inotify') return n;
+          return n + readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8').split('\n').filter((l) => l.startsWith('inotify wd:')).length;
+        } catch {
+          return n;
+        }
+      }, 0);
+    const before = inotify();
+    const controllers = Array.from({ length: 20 }, () => new AbortController());
+    const subs = controllers.map((c) => subscribe(world, 'run_ab', { signal: c.signal }));
+    for (const sub of subs) expect((await sub.next()).value?.sequence).toBe(1); // parked after the first event
+    expect(inotify()).toBe(before + 1); // one watch of the events directory, shared
+    for (const c of controllers) c.abort();
+    // Gone once the last one let go.
+    expect(inotify()).toBe(before);
+    for (const sub of subs) expect(await sub.next()).toEqual({ done: true, value: undefined });
+  });
 
   it('ends when the world closes', async () => {
     const world = localWorld({ dataDir: tempDir() });
