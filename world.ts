@@ -6,9 +6,9 @@
  * payloads into JSON text on the way in and frozen objects on the way out, and maps the core's
  * error codes to the error classes below. Every rule about events lives in the core.
  */
-import { realpathSync, watch, type FSWatcher } from 'node:fs';
+import { statSync, watch, type FSWatcher } from 'node:fs';
 import { setTimeout as after, clearTimeout as cancel } from 'node:timers';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import * as native from './index.js';
 
 type NativeWorld = native.NativeWorld;
@@ -316,53 +316,59 @@ const natives = shared.natives;
 const wakers = shared.wakers;
 
 /**
- * The local data directories open in this process (by their real path), with the copy of the
- * addon that opened them and how many of its worlds have each open. Shared, like `shared`, by
- * every copy of this module in the process, so that two copies of the package (two versions that
- * npm could not dedupe) never open one directory at once: each copy has its own SQLite, the two
- * cannot see each other's POSIX locks, and closing one copy's world deleted the WAL under the
- * other's, with appends it had acknowledged.
+ * The local data directories open in this process (by device and inode, which a symlink or a
+ * bind mount of the directory share), with the copy of the addon that opened them and how many of
+ * its worlds have each open. Shared, like `shared`, by every copy of this module in the process
+ * (in one JavaScript realm), so that two copies of the package (two versions that npm could not
+ * dedupe) never open one directory at once: each copy has its own SQLite, the two cannot see each
+ * other's POSIX locks, and closing one copy's world deleted the WAL under the other's, with appends
+ * it had acknowledged. A world's claim ends when its close has completed (when its last SQLite
+ * connection is gone); a world collected without a close keeps its claim.
  */
 type OpenDirs = Map<string, { addon: string; worlds: number }>;
 const openDirs: OpenDirs = ((shared as { openDirs?: OpenDirs }).openDirs ??= new Map());
 const ADDON = native.addonInstanceId();
 /** How each world lets go of its claim on its data directory (once). */
 const claims = new WeakMap<World, () => void>();
-const unclaimOnCollect = new FinalizationRegistry<() => void>((release) => release());
+
+/** The key of a directory in `openDirs`, or undefined when there is no such directory. */
+function dirKey(dir: string): string | undefined {
+  try {
+    const st = statSync(dir, { bigint: true });
+    return `${st.dev}:${st.ino}`;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Refuse `dataDir` while another copy of the addon has it open. */
 function checkNoOtherCopy(dataDir: string): void {
-  let real: string;
-  try {
-    real = realpathSync.native(resolve(dataDir));
-  } catch {
-    return; // no such directory yet: nobody has it open
-  }
-  const held = openDirs.get(real);
+  const key = dirKey(dataDir);
+  const held = key === undefined ? undefined : openDirs.get(key);
   if (held !== undefined && held.worlds > 0 && held.addon !== ADDON) {
     throw new WorldPathError(
       'WORLD_PATH',
-      `${real} is open through another copy of @little-workflow/world in this process: two copies of ` +
+      `${dataDir} is open through another copy of @little-workflow/world in this process: two copies of ` +
         'SQLite in one process cannot see each other\'s locks and would lose appends. Load one copy ' +
         '(npm dedupe, or one version for every dependent), or close the other copy\'s worlds first',
-      { path: real },
+      { path: dataDir },
     );
   }
 }
 
-/** Record that `world` has its data directory open through this copy, until it closes or is collected. */
-function claimDir(world: World, real: string): void {
-  let held = openDirs.get(real);
-  if (held === undefined || held.worlds === 0) openDirs.set(real, (held = { addon: ADDON, worlds: 0 }));
+/** Record that `world` has the directory `dir` open through this copy, until its close completes. */
+function claimDir(world: World, dir: string): void {
+  const key = dirKey(dir);
+  if (key === undefined) return;
+  let held = openDirs.get(key);
+  if (held === undefined || held.worlds === 0) openDirs.set(key, (held = { addon: ADDON, worlds: 0 }));
   held.worlds++;
   let done = false;
-  const release = () => {
+  claims.set(world, () => {
     if (done) return;
     done = true;
-    if (--held.worlds === 0 && openDirs.get(real) === held) openDirs.delete(real);
-  };
-  claims.set(world, release);
-  unclaimOnCollect.register(world, release, world);
+    if (--held.worlds === 0 && openDirs.get(key) === held) openDirs.delete(key);
+  });
 }
 
 function wakeSubscribers(world: World): void {
@@ -384,7 +390,6 @@ class OpenWorld implements World {
   async close(): Promise<void> {
     await call(() => handleOf(this).close());
     claims.get(this)?.();
-    unclaimOnCollect.unregister(this);
     wakeSubscribers(this); // live subscriptions notice the close now, not at their next poll
     // A subscription paused between two events would otherwise keep the watcher (an inotify
     // descriptor) until its consumer pulls again, which may be never.
@@ -1237,9 +1242,9 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     return pulled;
   }
 
-  return(): Promise<IteratorResult<EventEnvelope, void>> {
+  return(value?: void | PromiseLike<void>): Promise<IteratorResult<EventEnvelope, void>> {
     this.finish();
-    return Promise.resolve(DONE);
+    return Promise.resolve(value).then((v) => ({ done: true, value: v }));
   }
 
   throw(err?: unknown): Promise<IteratorResult<EventEnvelope, void>> {

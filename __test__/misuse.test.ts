@@ -50,27 +50,31 @@ async function listening(dataDir: string) {
 }
 
 describe('little serve', () => {
-  it('works out the list of runs once for the requests that arrive while it does', async () => {
+  it('works out one list of runs at a time, each begun after the requests it answers came', async () => {
     const world = track(localWorld({ dataDir: await seeded(3), durability: 'normal' }));
     let calls = 0;
-    const counting = {
+    const slow = {
       ...lib,
-      listRuns: (w: Parameters<typeof lib.listRuns>[0]) => {
+      listRuns: async (w: Parameters<typeof lib.listRuns>[0]) => {
         calls++;
-        return lib.listRuns(w);
+        const runs = await lib.listRuns(w);
+        await new Promise((r) => setTimeout(r, 150));
+        return runs;
       },
     };
-    const server = createServer(counting, world);
+    const server = createServer(slow, world);
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
     const port = (server.address() as AddressInfo).port;
+    const get = () => fetch(`http://127.0.0.1:${port}/api/runs`).then((r) => r.json() as Promise<{ eventCount: number }[]>);
     try {
-      const bodies = await Promise.all(Array.from({ length: 5 }, () => fetch(`http://127.0.0.1:${port}/api/runs`).then((r) => r.json())));
-      expect(calls).toBe(1);
-      for (const b of bodies) expect(b).toEqual(bodies[0]);
-      expect(bodies[0]).toMatchObject([{ runId: 'run_r', eventCount: 3 }]);
-      // A request after the answer works it out again, and sees what was appended since.
+      const first = get();
+      await new Promise((r) => setTimeout(r, 50)); // the first listing is under way
+      // Appended after it began, before these requests: they share one listing, begun after it.
       await appendEvent(world, 'run_r', { type: 'Note', payload: {} });
-      expect(await (await fetch(`http://127.0.0.1:${port}/api/runs`)).json()).toMatchObject([{ runId: 'run_r', eventCount: 4 }]);
+      const later = await Promise.all(Array.from({ length: 5 }, get));
+      expect((await first)[0].eventCount).toBe(3);
+      for (const b of later) expect(b).toEqual(later[0]);
+      expect(later[0][0].eventCount).toBe(4);
       expect(calls).toBe(2);
     } finally {
       await new Promise((r) => server.close(r));

@@ -2,13 +2,14 @@
 // the process runs short of them.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { appendEvent, listEvents, localWorld, materializeRunState, subscribe, type World, type WorldError } from '@little-workflow/world';
-import { packageRoot, tempDir } from './helpers';
+import * as lib from '@little-workflow/world';
+import { packageRoot, tempDir, track } from './helpers';
 
 const onLinux = process.platform === 'linux';
 const openFds = () => readdirSync('/proc/self/fd').length;
@@ -146,10 +147,27 @@ describe('two copies of the package in one process', () => {
     await mine.close();
     expect(() => other.localWorld({ dataDir })).toThrow(/another copy/);
     await again.close();
+    // A close completes only once the reads begun before it are done: a read's connection left
+    // open after it would be this copy's SQLite, and its close would drop the other copy's locks.
+    const last = localWorld({ dataDir });
+    await Promise.all(Array.from({ length: 20_000 }, (_, i) => appendEvent(last, 'run_big', { type: 'StepStarted', payload: { stepPath: `s${i}` } })));
+    let listed = false;
+    const listing = listEvents(last, 'run_big').then(() => (listed = true));
+    await last.close();
+    expect(listed).toBe(true);
+    await listing;
     // Once this copy's worlds are closed, the other copy may open the directory.
     const theirs = other.localWorld({ dataDir });
     expect((await other.appendEvent(theirs, 'run_c', { type: 'StepStarted', payload: { stepPath: 'c' } })).sequence).toBe(2);
     expect(() => localWorld({ dataDir })).toThrow(/another copy/);
+    // Through a symlink to the directory too.
+    const link = join(tempDir(), 'link');
+    symlinkSync(dataDir, link);
+    expect(() => localWorld({ dataDir: link })).toThrow(/another copy/);
+    for (let i = 0; i < 5; i++) await other.appendEvent(theirs, 'run_c', { type: 'StepStarted', payload: { stepPath: `d${i}` } });
     await theirs.close();
+    const after = track(localWorld({ dataDir }));
+    expect((await listEvents(after, 'run_c')).map((e) => e.sequence)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    expect((await lib.verifyWorld(after)).ok).toBe(true);
   });
 });

@@ -976,7 +976,8 @@
 
   async function pollRuns() {
     try {
-      const list = await getJson('/api/runs');
+      // A request that never comes back must not end the polling: given up on after a minute.
+      const list = await getJson('/api/runs', AbortSignal.timeout(60_000));
       runsState.list = Array.isArray(list) ? list.filter((r) => isObj(r) && typeof r.runId === 'string') : [];
       runsState.error = null;
     } catch (err) {
@@ -1128,7 +1129,7 @@
     // One request at a time, and the next one RUNS_POLL_MS after the last answer: on a large
     // world a listing takes seconds, and requests sent on a fixed interval piled up on the server.
     const pollRunsForever = async () => {
-      await pollRuns();
+      await pollRuns().catch(() => {});
       setTimeout(pollRunsForever, RUNS_POLL_MS);
     };
     pollRunsForever();

@@ -50,17 +50,31 @@ function sendJson(res, status, value) {
 /** Create the server for an open world. Resolves nothing by itself; call listen(). */
 function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS } = {}) {
   const open = new Set();
-  // Requests for the list of runs that arrive while one is being worked out share its answer:
-  // on a large world a listing takes seconds, and each tab, or each client, asking meanwhile
-  // would otherwise start another, taking the threads that live streams read with.
-  let listing;
-  const listRunsOnce = () =>
-    (listing ??= lib
+  // One listing of runs at a time: on a large world one takes seconds, and each tab or client
+  // asking meanwhile started another, taking the threads that live streams read with. Requests
+  // that come while one is in flight share the next, begun when it ends, so that every answer is
+  // of a listing begun after the request came (it sees what was appended before).
+  let current;
+  let queued;
+  const begin = () => {
+    const listing = lib
       .listRuns(world)
-      .then((runs) => [...runs].sort((a, b) => (a.lastRecordedAt < b.lastRecordedAt ? 1 : a.lastRecordedAt > b.lastRecordedAt ? -1 : 0)))
-      .finally(() => {
-        listing = undefined;
-      }));
+      .then((runs) => [...runs].sort((a, b) => (a.lastRecordedAt < b.lastRecordedAt ? 1 : a.lastRecordedAt > b.lastRecordedAt ? -1 : 0)));
+    current = listing;
+    const done = () => {
+      if (current === listing) current = undefined;
+    };
+    listing.then(done, done);
+    return listing;
+  };
+  const listRunsOnce = () => {
+    if (current === undefined) return begin();
+    const ended = () => {
+      queued = undefined;
+      return begin();
+    };
+    return (queued ??= current.then(ended, ended));
+  };
   const handle = async (req, res) => {
     try {
       let url;

@@ -128,6 +128,36 @@ struct Inner {
     completer: Arc<dyn Completer>,
     /// What [`World::runs`] worked out for each stream, by its length (see [`Statuses`]).
     statuses: Arc<Statuses>,
+    /// Operations handed to the pool and not finished yet (see [`World::close`]).
+    running: Arc<Running>,
+}
+
+/// A count of operations in flight, and a way to wait until there are none.
+#[derive(Default)]
+struct Running {
+    count: Mutex<usize>,
+    none: std::sync::Condvar,
+}
+
+impl Running {
+    fn start(&self) {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
+
+    fn end(&self) {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        *count -= 1;
+        if *count == 0 {
+            self.none.notify_all();
+        }
+    }
+
+    fn wait_for_none(&self) {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        while *count > 0 {
+            count = self.none.wait(count).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 /// Each stream's status and cost as last worked out, with the stream's last sequence and event
@@ -155,6 +185,7 @@ impl World {
         pricing: Pricing,
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
+        sqlite::check_data_dir_length(data_dir)?;
         crate::core::artifacts::create_dir_synced(data_dir, "the data directory")?;
         let data_dir = data_dir
             .canonicalize()
@@ -299,6 +330,7 @@ impl World {
                 pricing: Arc::new(pricing),
                 completer,
                 statuses: Arc::default(),
+                running: Arc::default(),
             }),
         })
     }
@@ -559,7 +591,18 @@ impl World {
     /// Run `work` on the pool, completing `ticket` with its result.
     pub fn run(&self, ticket: Ticket, work: impl FnOnce() -> Result<Output> + Send + 'static) -> Result<()> {
         self.ensure_open()?;
-        Pool::global().run(self.inner.completer.clone(), ticket, work)
+        let running = self.inner.running.clone();
+        running.start();
+        let ended = running.clone();
+        let submitted = Pool::global().run(self.inner.completer.clone(), ticket, move || {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            ended.end();
+            out.unwrap_or_else(|p| std::panic::resume_unwind(p))
+        });
+        if submitted.is_err() {
+            running.end();
+        }
+        submitted
     }
 
     /// Stop accepting work; `ticket` completes once every queued append has committed and then
@@ -569,17 +612,22 @@ impl World {
     pub fn close(&self, ticket: Ticket) -> Result<()> {
         let submit = self.inner.submit.lock().expect("submit lock").take();
         self.inner.closed.store(true, Ordering::Release);
-        // Reads are refused from now on; the pooled connections would otherwise keep their file
-        // descriptors until the world object is collected (a process that opens and closes worlds
-        // ran out of them).
-        self.inner.reader.close();
         self.inner.locks.stop();
         let locks = self.inner.locks.clone();
+        let running = self.inner.running.clone();
+        let reader = self.inner.reader.clone();
         // On the writer thread, or a thread of its own: letting go of a lock on disk is a few file
         // operations and an fsync. A lock that cannot be let go of can still be released after
         // the close (see `release_lock`), and is recoverable by others once this process is gone.
+        // Then, once the operations begun before the close are done, the reader's connections
+        // go: pooled, they kept their file descriptors until the world object was collected (a
+        // process that opened and closed worlds ran out of them), and once the close has
+        // completed, no connection of this world is left (another copy of SQLite in the process
+        // may then open the store; see world.ts).
         let let_go: AfterClose = Box::new(move || {
             let _ = locks.close();
+            running.wait_for_none();
+            reader.close();
         });
         let (ticket, let_go) = match submit {
             Some(s) => match s.prep.send(PrepMsg::Close(ticket, let_go)) {
