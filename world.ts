@@ -6,7 +6,7 @@
  * payloads into JSON text on the way in and frozen objects on the way out, and maps the core's
  * error codes to the error classes below. Every rule about events lives in the core.
  */
-import { statSync, watch, type FSWatcher } from 'node:fs';
+import { realpathSync, statSync, watch, type FSWatcher } from 'node:fs';
 import { setTimeout as after, clearTimeout as cancel } from 'node:timers';
 import { join } from 'node:path';
 import * as native from './index.js';
@@ -316,8 +316,8 @@ const natives = shared.natives;
 const wakers = shared.wakers;
 
 /**
- * The local data directories open in this process (by device and inode, which a symlink or a
- * bind mount of the directory share), with the copy of the addon that opened them and how many of
+ * The local data directories open in this process (by real path, and by device and inode: see
+ * `dirKeys`), with the copy of the addon that opened them and how many of
  * its worlds have each open. Shared, like `shared`, by every copy of this module in the process
  * (in one JavaScript realm), so that two copies of the package (two versions that npm could not
  * dedupe) never open one directory at once: each copy has its own SQLite, the two cannot see each
@@ -330,44 +330,52 @@ const openDirs: OpenDirs = ((shared as { openDirs?: OpenDirs }).openDirs ??= new
 const ADDON = native.addonInstanceId();
 /** How each world lets go of its claim on its data directory (once). */
 const claims = new WeakMap<World, () => void>();
+/** Each world's close, once called. */
+const closings = new WeakMap<World, Promise<void>>();
 
-/** The key of a directory in `openDirs`, or undefined when there is no such directory. */
-function dirKey(dir: string): string | undefined {
+/**
+ * The keys of a directory in `openDirs`: its real path, and its device and inode (which a bind
+ * mount shares, and which a directory deleted and made again at the same path does not). None
+ * when there is no such directory.
+ */
+function dirKeys(dir: string): string[] {
   try {
     const st = statSync(dir, { bigint: true });
-    return `${st.dev}:${st.ino}`;
+    return [`path:${realpathSync.native(dir)}`, `inode:${st.dev}:${st.ino}`];
   } catch {
-    return undefined;
+    return [];
   }
 }
 
 /** Refuse `dataDir` while another copy of the addon has it open. */
 function checkNoOtherCopy(dataDir: string): void {
-  const key = dirKey(dataDir);
-  const held = key === undefined ? undefined : openDirs.get(key);
-  if (held !== undefined && held.worlds > 0 && held.addon !== ADDON) {
-    throw new WorldPathError(
-      'WORLD_PATH',
-      `${dataDir} is open through another copy of @little-workflow/world in this process: two copies of ` +
-        'SQLite in one process cannot see each other\'s locks and would lose appends. Load one copy ' +
-        '(npm dedupe, or one version for every dependent), or close the other copy\'s worlds first',
-      { path: dataDir },
-    );
+  for (const key of dirKeys(dataDir)) {
+    const held = openDirs.get(key);
+    if (held !== undefined && held.worlds > 0 && held.addon !== ADDON) {
+      throw new WorldPathError(
+        'WORLD_PATH',
+        `${dataDir} is open through another copy of @little-workflow/world in this process: two copies of ` +
+          'SQLite in one process cannot see each other\'s locks and would lose appends. Load one copy ' +
+          '(npm dedupe, or one version for every dependent), or close the other copy\'s worlds first',
+        { path: dataDir },
+      );
+    }
   }
 }
 
 /** Record that `world` has the directory `dir` open through this copy, until its close completes. */
 function claimDir(world: World, dir: string): void {
-  const key = dirKey(dir);
-  if (key === undefined) return;
-  let held = openDirs.get(key);
-  if (held === undefined || held.worlds === 0) openDirs.set(key, (held = { addon: ADDON, worlds: 0 }));
-  held.worlds++;
+  const held = dirKeys(dir).map((key) => {
+    let h = openDirs.get(key);
+    if (h === undefined || h.worlds === 0) openDirs.set(key, (h = { addon: ADDON, worlds: 0 }));
+    h.worlds++;
+    return [key, h] as const;
+  });
   let done = false;
   claims.set(world, () => {
     if (done) return;
     done = true;
-    if (--held.worlds === 0 && openDirs.get(key) === held) openDirs.delete(key);
+    for (const [key, h] of held) if (--h.worlds === 0 && openDirs.get(key) === h) openDirs.delete(key);
   });
 }
 
@@ -387,7 +395,15 @@ class OpenWorld implements World {
     Object.freeze(this);
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    // A second close gets the first's promise: it completes when the first has (the native
+    // close of a world closed before finishes at once, while the first may still be committing).
+    let closing = closings.get(this);
+    if (closing === undefined) closings.set(this, (closing = this.closeOnce()));
+    return closing;
+  }
+
+  private async closeOnce(): Promise<void> {
     await call(() => handleOf(this).close());
     claims.get(this)?.();
     wakeSubscribers(this); // live subscriptions notice the close now, not at their next poll

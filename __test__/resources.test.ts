@@ -2,7 +2,7 @@
 // the process runs short of them.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
@@ -117,6 +117,21 @@ describe.runIf(pidsCgroupRoot() !== undefined)('at the process thread limit (a p
   });
 });
 
+describe('close', () => {
+  it('called twice, completes the second time only when the first has, after the appends before it', async () => {
+    const world = localWorld({ dataDir: tempDir() });
+    let settled = 0;
+    const appends = Array.from({ length: 400 }, (_, i) =>
+      appendEvent(world, `run_${i % 8}`, { type: 'StepStarted', payload: { stepPath: `s${i}` } }).then(() => settled++),
+    );
+    const first = world.close();
+    await world.close();
+    expect(settled).toBe(400);
+    await first;
+    await Promise.all(appends);
+  });
+});
+
 describe('two copies of the package in one process', () => {
   it('never have one data directory open at once: each has its own SQLite, blind to the other\'s locks', async () => {
     // A second installed copy, as npm installs when two dependents need versions it cannot dedupe.
@@ -160,6 +175,16 @@ describe('two copies of the package in one process', () => {
     const theirs = other.localWorld({ dataDir });
     expect((await other.appendEvent(theirs, 'run_c', { type: 'StepStarted', payload: { stepPath: 'c' } })).sequence).toBe(2);
     expect(() => localWorld({ dataDir })).toThrow(/another copy/);
+    // A directory deleted and made again at the same path: the world open on the old one is
+    // this copy's SQLite still (its close would take the new store's WAL with it).
+    const gone = tempDir();
+    const stale = localWorld({ dataDir: gone });
+    await appendEvent(stale, 'run_c', { type: 'StepStarted', payload: { stepPath: 'x' } });
+    rmSync(gone, { recursive: true, force: true });
+    mkdirSync(gone);
+    expect(() => other.localWorld({ dataDir: gone })).toThrow(/another copy/);
+    await expect(listEvents(stale, 'run_nothing')).rejects.toThrow(/deleted or replaced/);
+    await stale.close();
     // Through a symlink to the directory too.
     const link = join(tempDir(), 'link');
     symlinkSync(dataDir, link);

@@ -594,10 +594,14 @@ impl World {
         let running = self.inner.running.clone();
         running.start();
         let ended = running.clone();
-        let submitted = Pool::global().run(self.inner.completer.clone(), ticket, move || {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        let completer = self.inner.completer.clone();
+        let submitted = Pool::global().spawn(move || {
+            let out =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| Err(panic_error(p)));
+            // Counted as running until its answer is on its way, so that it reaches JavaScript
+            // before the answer of a close that waits for it.
+            completer.complete(vec![(ticket, out)]);
             ended.end();
-            out.unwrap_or_else(|p| std::panic::resume_unwind(p))
         });
         if submitted.is_err() {
             running.end();

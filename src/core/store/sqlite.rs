@@ -54,7 +54,8 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
             Err(e) => Err(WorldError::io("opening", Some(p), e)),
         })
         .collect::<Result<Vec<_>>>()?;
-    let reader = SqliteReader::new(path.clone(), Access::ReadWrite);
+    let mut reader = SqliteReader::new(path.clone(), Access::ReadWrite);
+    reader.identity = Some(files[0].clone());
     Ok((
         SqliteWriter {
             conn,
@@ -101,7 +102,8 @@ pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
             message: format!("no world at {}: {} does not exist", data_dir.display(), path.display()),
         });
     }
-    let reader = SqliteReader::new(path.clone(), Access::ReadOnly);
+    let mut reader = SqliteReader::new(path.clone(), Access::ReadOnly);
+    reader.note_identity()?;
     let shown = path.display().to_string();
     if reader.with_conn(|conn| schema::check(conn, &shown))? == 0 {
         return Err(WorldError::Path {
@@ -220,7 +222,9 @@ pub fn check_data_dir_length(data_dir: &Path) -> Result<()> {
                 names.push(name);
                 existing = parent;
             }
-            _ => break,
+            // A `..` after a directory that does not exist yet: not predicted here; the store's
+            // resolved path is checked again before it is opened.
+            _ => return Ok(()),
         }
     }
     let mut predicted = existing.canonicalize().unwrap_or_else(|_| existing.to_path_buf());
@@ -659,6 +663,11 @@ pub struct SqliteReader {
     path: PathBuf,
     access: Access,
     pool: Mutex<Pool>,
+    /// The database's real path and its identity when the world opened it: a new connection is
+    /// refused once the file there is another (the data directory deleted and made again, by
+    /// another world perhaps). Opened on that, this world's SQLite would read a store it does not
+    /// own, and its last connection's close would take the WAL of the store's owner with it.
+    identity: Option<(PathBuf, (u64, u64))>,
 }
 
 /// The reader's idle connections; none are kept once it is closed.
@@ -674,6 +683,40 @@ impl SqliteReader {
             path,
             access,
             pool: Mutex::new(Pool::default()),
+            identity: None,
+        }
+    }
+
+    /// Take the identity of the database file now at the path (see `identity`).
+    fn note_identity(&mut self) -> Result<()> {
+        let real = self
+            .path
+            .canonicalize()
+            .map_err(|e| WorldError::io("resolving", Some(self.path.clone()), e))?;
+        let id = file_id(&real).map_err(|e| WorldError::io("opening", Some(real.clone()), e))?;
+        self.identity = Some((real, id));
+        Ok(())
+    }
+
+    /// Refuse to open a connection to a database file other than the one the world opened.
+    fn check_identity(&self) -> Result<()> {
+        let Some((real, id)) = &self.identity else {
+            return Ok(());
+        };
+        match file_id(real) {
+            Ok(now) if now == *id => Ok(()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(WorldError::io("checking the event store", Some(real.clone()), e))
+            }
+            _ => Err(WorldError::io(
+                "reading the event store",
+                Some(real.clone()),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "deleted or replaced while this world had it open; close the world and open the data \
+                     directory again",
+                ),
+            )),
         }
     }
 
@@ -682,6 +725,7 @@ impl SqliteReader {
         let conn = match pooled {
             Some(c) => c,
             None => {
+                self.check_identity()?;
                 let c = connect(&self.path, self.access)?;
                 // Readers map the database instead of copying each page through read(2).
                 c.pragma_update(None, "query_only", true)
@@ -1053,6 +1097,14 @@ mod tests {
             match deleted {
                 "the data directory" => std::fs::remove_dir_all(&dir).unwrap(),
                 file => std::fs::remove_file(dir.join("events").join(file)).unwrap(),
+            }
+            // A reader of the world takes no new connection to whatever is at the path now.
+            if deleted == "the data directory" {
+                drop(open(&dir, Durability::Normal).unwrap());
+                let (_, reader_of_old) = (&writer, &_reader);
+                reader_of_old.close();
+                let err = reader_of_old.last_sequence("run_d").unwrap_err();
+                assert!(err.to_string().contains("deleted or replaced"), "{err}");
             }
             let err = writer.transaction(&mut |_| Ok(())).unwrap_err();
             assert_eq!(err.code(), "WORLD_IO", "{deleted}: {err}");
