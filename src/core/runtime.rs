@@ -203,10 +203,15 @@ mod tests {
         }
     }
 
+    /// A completer that keeps what it is given, and a receiver told of each completion.
+    fn collecting() -> (Arc<Collect>, crossbeam_channel::Receiver<()>) {
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        (Arc::new(Collect(Mutex::new(Vec::new()), tx)), rx)
+    }
+
     #[test]
     fn a_panicking_job_completes_with_its_panic_message() {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let collect = Arc::new(Collect(Mutex::new(Vec::new()), tx));
+        let (collect, rx) = collecting();
         Pool::global()
             .run(collect.clone(), 7, || panic!("the job broke: {}", 42))
             .unwrap();
@@ -221,8 +226,7 @@ mod tests {
 
     #[test]
     fn a_pool_that_cannot_start_a_thread_fails_the_work_and_tries_again_later() {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let collect = Arc::new(Collect(Mutex::new(Vec::new()), tx));
+        let (collect, rx) = collecting();
         let pool = Pool::new(2);
         fail_thread_starts(0, usize::MAX);
         let err = pool.run(collect.clone(), 1, || Ok(Output::Unit)).unwrap_err();
@@ -238,8 +242,7 @@ mod tests {
 
     #[test]
     fn a_pool_runs_with_the_threads_it_could_start() {
-        let (tx, rx) = crossbeam_channel::bounded(2);
-        let collect = Arc::new(Collect(Mutex::new(Vec::new()), tx));
+        let (collect, rx) = collecting();
         let pool = Pool::new(3);
         fail_thread_starts(1, usize::MAX);
         pool.run(collect.clone(), 1, || Ok(Output::Unit)).unwrap();
