@@ -609,8 +609,9 @@ impl World {
         submitted
     }
 
-    /// Stop accepting work; `ticket` completes once every queued append has committed and then
-    /// the world has let go of the locks it holds. A taker still waiting gives up at once with
+    /// Stop accepting work; `ticket` completes once every queued append has committed, the world
+    /// has let go of the locks it holds, and the operations begun before the close are done and
+    /// have given up their connections. A taker still waiting gives up at once with
     /// `WorldError::Closed`. The locks are let go of only after the appends: a lock fences a run,
     /// and another process that takes it must find every append made under it.
     pub fn close(&self, ticket: Ticket) -> Result<()> {
