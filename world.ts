@@ -323,7 +323,9 @@ const wakers = shared.wakers;
  * dedupe) never open one directory at once: each copy has its own SQLite, the two cannot see each
  * other's POSIX locks, and closing one copy's world deleted the WAL under the other's, with appends
  * it had acknowledged. A world's claim ends when its close has completed (when its last SQLite
- * connection is gone); a world collected without a close keeps its claim.
+ * connection is gone); a world collected without a close keeps its claim. The registry's shape
+ * (its symbol, the `openDirs` map, keys `path:<real path>` and `inode:<dev>:<ino>`, and entries
+ * `{ addon, worlds }`) is how versions of this package see each other: extend it, never change it.
  */
 type OpenDirs = Map<string, { addon: string; worlds: number }>;
 const openDirs: OpenDirs = ((shared as { openDirs?: OpenDirs }).openDirs ??= new Map());
@@ -399,7 +401,13 @@ class OpenWorld implements World {
     // A second close gets the first's promise: it completes when the first has (the native
     // close of a world closed before finishes at once, while the first may still be committing).
     let closing = closings.get(this);
-    if (closing === undefined) closings.set(this, (closing = this.closeOnce()));
+    if (closing === undefined) {
+      closing = this.closeOnce().catch((err: unknown) => {
+        closings.delete(this); // a close that failed may be tried again
+        throw err;
+      });
+      closings.set(this, closing);
+    }
     return closing;
   }
 

@@ -160,6 +160,15 @@ impl Running {
     }
 }
 
+/// Ends an operation's count in [`Running`] when dropped.
+struct Ends(Arc<Running>);
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
 /// Each stream's status and cost as last worked out, with the stream's last sequence and event
 /// count then. A stream's status is a function of its events alone, which are never changed,
 /// only added to, so while both numbers are the same the status is too: a listing of runs folds
@@ -596,12 +605,12 @@ impl World {
         let ended = running.clone();
         let completer = self.inner.completer.clone();
         let submitted = Pool::global().spawn(move || {
+            // Counted as running until its answer is on its way, so that it reaches JavaScript
+            // before the answer of a close that waits for it; ended however this ends.
+            let _ended = Ends(ended);
             let out =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| Err(panic_error(p)));
-            // Counted as running until its answer is on its way, so that it reaches JavaScript
-            // before the answer of a close that waits for it.
             completer.complete(vec![(ticket, out)]);
-            ended.end();
         });
         if submitted.is_err() {
             running.end();

@@ -29,3 +29,23 @@ impl napi::bindgen_prelude::ToNapiValue for RawValue {
         Ok(val.0)
     }
 }
+
+/// Keep this library loaded once a JavaScript environment has loaded it. Node unloads an addon
+/// loaded only by a worker thread when that worker exits, while the threads this library starts
+/// for the whole process (its I/O pool) and its allocator's per-thread state still point into it:
+/// the next worker to load it crashed the process (SIGSEGV), as a test runner's thread pool does.
+/// Marked `RTLD_NODELETE`, it stays mapped until the process ends.
+#[cfg(unix)]
+#[napi_derive::module_init]
+fn stay_loaded() {
+    // SAFETY: dladdr reads the loader's record of the object holding this function, and dlopen
+    // with RTLD_NOLOAD only takes another reference to that already-loaded object (marking it
+    // never to be unloaded); on any failure nothing changes but that the library may be unloaded.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let me = stay_loaded as *const () as *const libc::c_void;
+        if libc::dladdr(me, &mut info) != 0 && !info.dli_fname.is_null() {
+            libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE);
+        }
+    }
+}
