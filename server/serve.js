@@ -67,7 +67,7 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
     listing.then(done, done);
     return listing;
   };
-  const listRunsOnce = () => {
+  const listRunsFresh = () => {
     if (current === undefined) return begin();
     const ended = () => {
       queued = undefined;
@@ -93,7 +93,7 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
         if (!existsSync(path)) return sendJson(res, 404, { error: `${file[0]} is not installed` });
         return send(res, 200, readFileSync(path), file[1]);
       }
-      if (url.pathname === '/api/runs') return sendJson(res, 200, await listRunsOnce());
+      if (url.pathname === '/api/runs') return sendJson(res, 200, await listRunsFresh());
       const m = /^\/api\/runs\/([^/]+)\/(events|state)$/.exec(url.pathname);
       if (!m) return sendJson(res, 404, { error: `no such path: ${url.pathname}` });
       let id;

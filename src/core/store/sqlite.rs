@@ -38,24 +38,14 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
     let mut conn = connect(&path, Access::ReadWrite)?;
     let checkpointer = prepare_writer(&mut conn, &path, durability).map_err(|e| on(&conn, e))?;
-    // Both exist now (the connection has read the database in WAL mode), beside the database's
-    // real path (SQLite keeps them beside the target of a symlinked database). Their identities
-    // are taken by path: a descriptor of our own would, once closed, drop every POSIX lock this
-    // process holds on the file, other connections' too.
-    let real = path
-        .canonicalize()
-        .map_err(|e| WorldError::io("resolving", Some(path.clone()), e))?;
-    let mut shm = real.clone().into_os_string();
+    // Both exist now (the connection has read the database in WAL mode); SQLite keeps the -shm
+    // beside the database's real path, the target of a symlinked database.
+    let db = OpenedFile::at(&path)?;
+    let mut shm = db.path.clone().into_os_string();
     shm.push("-shm");
-    let files = [real, PathBuf::from(shm)]
-        .into_iter()
-        .map(|p| match file_id(&p) {
-            Ok(id) => Ok((p, id)),
-            Err(e) => Err(WorldError::io("opening", Some(p), e)),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let files = vec![db.clone(), OpenedFile::at(Path::new(&shm))?];
     let mut reader = SqliteReader::new(path.clone(), Access::ReadWrite);
-    reader.identity = Some(files[0].clone());
+    reader.identity = Some(db);
     Ok((
         SqliteWriter {
             conn,
@@ -103,7 +93,7 @@ pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
         });
     }
     let mut reader = SqliteReader::new(path.clone(), Access::ReadOnly);
-    reader.note_identity()?;
+    reader.identity = Some(OpenedFile::at(&path)?);
     let shown = path.display().to_string();
     if reader.with_conn(|conn| schema::check(conn, &shown))? == 0 {
         return Err(WorldError::Path {
@@ -183,6 +173,46 @@ fn connect(path: &Path, access: Access) -> Result<Connection> {
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| on(&conn, WorldError::sqlite("setting busy_timeout", e)))?;
     Ok(conn)
+}
+
+/// A file of the event store as the world opened it: its real path, and its identity then. Taken
+/// by path, with no descriptor of its own: closing one would drop every POSIX lock this process
+/// holds on the file, other connections' too.
+#[derive(Debug, Clone)]
+struct OpenedFile {
+    path: PathBuf,
+    id: (u64, u64),
+}
+
+impl OpenedFile {
+    /// The file now at `path`, resolved.
+    fn at(path: &Path) -> Result<OpenedFile> {
+        let real = path
+            .canonicalize()
+            .map_err(|e| WorldError::io("resolving", Some(path.to_path_buf()), e))?;
+        let id = file_id(&real).map_err(|e| WorldError::io("opening", Some(real.clone()), e))?;
+        Ok(OpenedFile { path: real, id })
+    }
+
+    /// Refuse `doing` once the file at the path is gone or another (deleted and made again, or
+    /// moved): the world would act on a store no path leads to, or on one it does not own.
+    /// `consequence` follows the "deleted" in the message. A `stat`: 0.45-0.7 us here.
+    fn check(&self, doing: &str, consequence: &str) -> Result<()> {
+        match file_id(&self.path) {
+            Ok(now) if now == self.id => Ok(()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(WorldError::io("checking the event store", Some(self.path.clone()), e))
+            }
+            _ => Err(WorldError::io(
+                doing,
+                Some(self.path.clone()),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("deleted, moved or replaced while this world had it open{consequence}"),
+                ),
+            )),
+        }
+    }
 }
 
 /// The identity (device, inode) of the file at `path`, read without opening it.
@@ -273,9 +303,8 @@ pub struct SqliteWriter {
     /// `PRAGMA data_version` tells at the start of each transaction; otherwise it is cleared.
     tails: HashMap<String, Tail>,
     data_version: Option<i64>,
-    /// The database and its `-shm` file, with the identity each had when this writer opened them
-    /// (see [`SqliteWriter::check_files`]).
-    files: Vec<(PathBuf, (u64, u64))>,
+    /// The database and its `-shm` file (see [`SqliteWriter::check_files`]).
+    files: Vec<OpenedFile>,
     _checkpointer: Option<Checkpointer>,
 }
 
@@ -391,30 +420,16 @@ impl SqliteWriter {
     /// Refuse to write once the database or its `-shm` file has been deleted (or replaced) while
     /// open: a cleaner of old files, an `rm -rf` of the data directory. SQLite would carry on:
     /// commits would go to a file no path leads to any more, lost at close, and other processes,
-    /// creating the files anew, would hand out the same sequences. One `stat` of each path per
-    /// transaction (0.45-0.7 us each here).
+    /// creating the files anew, would hand out the same sequences. One `stat` of each per
+    /// transaction.
     fn check_files(&self) -> Result<()> {
-        for (path, id) in &self.files {
-            let gone = match file_id(path) {
-                Ok(now) => now != *id,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-                Err(e) => return Err(WorldError::io("checking the event store", Some(path.clone()), e)),
-            };
-            if gone {
-                let deleted = std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "deleted, moved or replaced while this world had it open, so appends would be lost and \
-                     other processes would not see them; close the world (and restore the data directory) \
-                     before appending",
-                );
-                return Err(WorldError::io(
-                    "appending to the event store",
-                    Some(path.clone()),
-                    deleted,
-                ));
-            }
-        }
-        Ok(())
+        self.files.iter().try_for_each(|f| {
+            f.check(
+                "appending to the event store",
+                ", so appends would be lost and other processes would not see them; close the world (and \
+                 restore the data directory) before appending",
+            )
+        })
     }
 
     fn data_version(&self) -> Result<i64> {
@@ -670,11 +685,12 @@ pub struct SqliteReader {
     path: PathBuf,
     access: Access,
     pool: Mutex<Pool>,
-    /// The database's real path and its identity when the world opened it: a new connection is
-    /// refused once the file there is another (the data directory deleted and made again, by
-    /// another world perhaps). Opened on that, this world's SQLite would read a store it does not
-    /// own, and its last connection's close would take the WAL of the store's owner with it.
-    identity: Option<(PathBuf, (u64, u64))>,
+    /// The database as the world opened it: every read is refused once the file at its path is
+    /// another (the data directory deleted and made again, by another world perhaps). A pooled
+    /// connection would go on reading the deleted store; a new one would read a store this world
+    /// does not own, and its close, as this SQLite's last connection, would take the WAL of the
+    /// store's owner with it.
+    identity: Option<OpenedFile>,
 }
 
 /// The reader's idle connections; none are kept once it is closed.
@@ -694,43 +710,13 @@ impl SqliteReader {
         }
     }
 
-    /// Take the identity of the database file now at the path (see `identity`).
-    fn note_identity(&mut self) -> Result<()> {
-        let real = self
-            .path
-            .canonicalize()
-            .map_err(|e| WorldError::io("resolving", Some(self.path.clone()), e))?;
-        let id = file_id(&real).map_err(|e| WorldError::io("opening", Some(real.clone()), e))?;
-        self.identity = Some((real, id));
-        Ok(())
-    }
-
-    /// Refuse to open a connection to a database file other than the one the world opened.
-    fn check_identity(&self) -> Result<()> {
-        let Some((real, id)) = &self.identity else {
-            return Ok(());
-        };
-        match file_id(real) {
-            Ok(now) if now == *id => Ok(()),
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(WorldError::io("checking the event store", Some(real.clone()), e))
-            }
-            _ => Err(WorldError::io(
-                "reading the event store",
-                Some(real.clone()),
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "deleted, moved or replaced while this world had it open; close the world and open the \
-                     data directory again",
-                ),
-            )),
-        }
-    }
-
     fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        // Before every read, not only a new connection's: a pooled one would go on reading the
-        // deleted store (a `stat`, 0.45-0.7 us here).
-        self.check_identity()?;
+        if let Some(db) = &self.identity {
+            db.check(
+                "reading the event store",
+                "; close the world and open the data directory again",
+            )?;
+        }
         let pooled = self.pool.lock().expect("reader pool").idle.pop();
         let conn = match pooled {
             Some(c) => c,
