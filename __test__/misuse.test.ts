@@ -52,31 +52,52 @@ async function listening(dataDir: string) {
 describe('little serve', () => {
   it('works out one list of runs at a time, each begun after the requests it answers came', async () => {
     const world = track(localWorld({ dataDir: await seeded(3), durability: 'normal' }));
+    // Ordered by events, not by timers (a loaded machine took more than 50 ms to send a request):
+    // the first listing holds its answer until the test lets it go, after the later requests came.
     let calls = 0;
+    let listed!: () => void;
+    const firstListed = new Promise<void>((r) => (listed = r));
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
     const slow = {
       ...lib,
       listRuns: async (w: Parameters<typeof lib.listRuns>[0]) => {
-        calls++;
+        const call = ++calls;
         const runs = await lib.listRuns(w);
-        await new Promise((r) => setTimeout(r, 150));
+        if (call === 1) {
+          listed();
+          await released;
+        }
         return runs;
       },
     };
     const server = createServer(slow, world);
+    // The handler asks for its listing before its first await, so once a request's event has
+    // been emitted, that request is waiting on a listing.
+    let requests = 0;
+    let allCame!: () => void;
+    const sixCame = new Promise<void>((r) => (allCame = r));
+    server.on('request', () => {
+      if (++requests === 6) allCame();
+    });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
     const port = (server.address() as AddressInfo).port;
     const get = () => fetch(`http://127.0.0.1:${port}/api/runs`).then((r) => r.json() as Promise<{ eventCount: number }[]>);
     try {
       const first = get();
-      await new Promise((r) => setTimeout(r, 50)); // the first listing is under way
+      await firstListed; // the first listing has read the runs
       // Appended after it began, before these requests: they share one listing, begun after it.
       await appendEvent(world, 'run_r', { type: 'Note', payload: {} });
-      const later = await Promise.all(Array.from({ length: 5 }, get));
+      const later = Promise.all(Array.from({ length: 5 }, get));
+      await sixCame;
+      release();
       expect((await first)[0].eventCount).toBe(3);
-      for (const b of later) expect(b).toEqual(later[0]);
-      expect(later[0][0].eventCount).toBe(4);
+      const answers = await later;
+      for (const b of answers) expect(b).toEqual(answers[0]);
+      expect(answers[0][0].eventCount).toBe(4);
       expect(calls).toBe(2);
     } finally {
+      release();
       await new Promise((r) => server.close(r));
     }
   });
