@@ -1062,6 +1062,11 @@ export async function writeOuterLoopManifest(world: World, manifest: OuterLoopMa
 
 /** One thing `verifyWorld` found wrong. */
 export type VerifyProblem = {
+  /**
+   * `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `run-event-body` (of an
+   * event); `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
+   * `artifact-unreadable` (of an artifact the system would not let be read; its message says why).
+   */
   readonly kind: string;
   readonly runId?: string;
   readonly sequence?: number;

@@ -19,6 +19,7 @@ use crate::core::canonical;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::Artifacts;
+use crate::core::files::{self, Unreadable};
 use crate::core::ids;
 use crate::core::process;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,8 @@ pub const REF_PREFIX: &str = "artifact://";
 
 /// Bytes copied, hashed and written at a time.
 const CHUNK: usize = 1 << 20;
+/// No manifest is this large: its fields are at most 1 KiB each, even escaped far less than this.
+const MANIFEST_MAX: u64 = 1 << 20;
 
 /// How a payload is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -342,20 +345,22 @@ impl ArtifactStore {
             Backend::Local { dir, blobs } => {
                 let manifest = load_manifest(dir, id)?;
                 let blob_path = blobs.join(format!("{id}.bin"));
-                let mut file = match File::open(&blob_path) {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == ErrorKind::NotFound => {
+                let (mut file, len) = match files::open_file(&blob_path) {
+                    Ok(opened) => opened,
+                    Err(Unreadable::Missing) => {
                         return Err(WorldError::ArtifactBlobMissing {
                             artifact_id: id.to_string(),
                             path: blob_path,
                         })
                     }
-                    Err(e) => return Err(WorldError::io("opening a blob", Some(blob_path), e)),
+                    Err(Unreadable::Io(e)) => return Err(WorldError::io("opening a blob", Some(blob_path), e)),
+                    Err(other) => {
+                        return Err(WorldError::ArtifactManifestCorrupt {
+                            artifact_id: id.to_string(),
+                            reason: format!("its blob {}", other.describe(&blob_path)),
+                        })
+                    }
                 };
-                let len = file
-                    .metadata()
-                    .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?
-                    .len();
                 if len != manifest.size_bytes {
                     return Err(WorldError::ArtifactManifestCorrupt {
                         artifact_id: id.to_string(),
@@ -483,14 +488,15 @@ fn new_manifest(meta: &NewArtifact, id: String, sha256: String, size: u64) -> Ma
 
 fn load_manifest(dir: &Path, id: &str) -> Result<Manifest> {
     let path = dir.join(format!("{id}.json"));
-    let text = match fs::read(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Err(not_found(id)),
-        Err(e) => return Err(WorldError::io("reading a manifest", Some(path), e)),
-    };
     let corrupt = |reason: String| WorldError::ArtifactManifestCorrupt {
         artifact_id: id.to_string(),
         reason,
+    };
+    let text = match files::read_small(&path, MANIFEST_MAX) {
+        Ok(t) => t,
+        Err(Unreadable::Missing) => return Err(not_found(id)),
+        Err(Unreadable::Io(e)) => return Err(WorldError::io("reading a manifest", Some(path), e)),
+        Err(other) => return Err(corrupt(format!("the manifest {}", other.describe(&path)))),
     };
     let m: Manifest =
         serde_json::from_slice(&text).map_err(|e| corrupt(format!("the manifest does not parse: {e}")))?;

@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod clock;
 pub mod error;
 pub mod events;
+pub mod files;
 pub mod ids;
 pub mod locks;
 pub mod materialize;

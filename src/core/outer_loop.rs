@@ -11,8 +11,9 @@
 //! share it), covers the whole read → check `inputHash` → merge `pendingCycleRunId` → publish.
 //! Every write has a tmp file of its own (pid + counter), so overlapping writes never mix bytes.
 //! Across processes, writers are expected to hold the outer-loop lock (`acquireOuterLoopLock`);
-//! two processes writing without it may race the check and the merge, but each still publishes a
-//! whole file.
+//! two processes writing without it may race the merge (the later one's `pendingCycleRunId`
+//! wins), but each still publishes a whole file, and the `inputHash` check holds even then: the
+//! first manifest is linked into place, so only one of two first writes can place it.
 //!
 //! A stored manifest that is not a JSON object naming the requested `outerLoopId` and an
 //! `inputHash` is corrupt ([`WorldError::RuntimeIntegrity`]); a write whose manifest does not have
@@ -23,6 +24,7 @@ use crate::core::artifacts::{sync_dir, TmpFile};
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::known::is_count;
+use crate::core::files::{self, Unreadable};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::fs;
@@ -121,19 +123,59 @@ impl OuterLoops {
                 let path = dir.join(format!("{id}.json"));
                 let turn = write_turn(&path);
                 let _turn = unpoisoned(&turn);
-                let stored = read_file(&path, &id)?;
-                let text = merge(&id, manifest, stored.as_ref())?;
-                // Held (locked) until the end of this block, after the rename.
-                let tmp = TmpFile::write_synced(dir, &format!("{id}.json"), text.as_bytes())?;
-                if let Err(e) = fs::rename(&tmp.path, &path) {
+                // The first manifest is linked into place, which fails where one exists: of two
+                // processes writing it at once, the second is then checked against the first's
+                // `inputHash` (both used to pass, and one's manifest was silently replaced).
+                // Later writes replace one with their own `inputHash`, so none changes it.
+                for _ in 0..ROUNDS {
+                    let stored = read_file(&path, &id)?;
+                    let text = merge(&id, manifest.clone(), stored.as_ref())?;
+                    before_publishing(&path);
+                    // Held (locked) until the end of this round, after the rename or link.
+                    let tmp = TmpFile::write_synced(dir, &format!("{id}.json"), text.as_bytes())?;
+                    let published = match stored {
+                        Some(_) => fs::rename(&tmp.path, &path),
+                        None => fs::hard_link(&tmp.path, &path),
+                    };
                     let _ = fs::remove_file(&tmp.path);
-                    return Err(WorldError::io("publishing an outer-loop manifest", Some(path), e));
+                    match published {
+                        Ok(()) => return sync_dir(dir),
+                        Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                        Err(e) => return Err(WorldError::io("publishing an outer-loop manifest", Some(path), e)),
+                    }
                 }
-                sync_dir(dir)
+                Err(WorldError::io(
+                    "publishing an outer-loop manifest",
+                    Some(path),
+                    std::io::Error::other("it kept appearing and vanishing while this write was checked"),
+                ))
             }
         }
     }
 }
+
+/// How many times a write reads the stored manifest again because another process published the
+/// first one meanwhile (once is all it takes unless manifests are also deleted).
+const ROUNDS: usize = 8;
+
+#[cfg(test)]
+thread_local! {
+    /// What a test does, as another process would, between a write's check and its publishing.
+    static BEFORE_PUBLISHING: std::cell::RefCell<Option<Box<dyn FnMut(&Path)>>> = const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn before_publishing(path: &Path) {
+    BEFORE_PUBLISHING.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(path)
+        }
+    });
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn before_publishing(_path: &Path) {}
 
 /// Lock a mutex, ignoring poisoning: what it guards stays consistent when a holder panics.
 fn unpoisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -158,19 +200,25 @@ fn write_turn(path: &Path) -> Arc<Mutex<()>> {
 /// The manifest stored at `path`, if there is one, checked to be a JSON object that names `id`
 /// and an `inputHash`; anything else is corrupt.
 fn read_file(path: &Path, id: &str) -> Result<Option<Map<String, Value>>> {
-    let bytes = match fs::read(path) {
+    let corrupt = |what: String| WorldError::RuntimeIntegrity {
+        reason: format!("outer-loop manifest {} {what}", path.display()),
+    };
+    // Its own fields are the caller's, so no size is too large for one.
+    let bytes = match files::read_small(path, u64::MAX) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
+        Err(Unreadable::Missing) => return Ok(None),
+        Err(Unreadable::Io(e)) => {
             return Err(WorldError::io(
                 "reading an outer-loop manifest",
                 Some(path.to_path_buf()),
                 e,
             ))
         }
-    };
-    let corrupt = |what: String| WorldError::RuntimeIntegrity {
-        reason: format!("outer-loop manifest {} {what}", path.display()),
+        Err(other) => {
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!("outer-loop manifest {}", other.describe(path)),
+            })
+        }
     };
     let Ok(text) = String::from_utf8(bytes) else {
         return Err(corrupt("is not UTF-8".into()));
@@ -294,6 +342,69 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Barrier;
     use std::thread;
+
+    /// Another process publishes the first manifest between this write's check and its publishing.
+    #[test]
+    fn a_first_manifest_written_by_two_processes_at_once_is_checked_against_the_one_that_won() {
+        let dir = tempfile::tempdir().unwrap();
+        let loops = OuterLoops::local(dir.path()).unwrap();
+        let meanwhile = |theirs: &'static str| {
+            let mut once = Some(theirs);
+            BEFORE_PUBLISHING.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move |path: &Path| {
+                    if let Some(text) = once.take() {
+                        fs::write(path, text).unwrap();
+                    }
+                }))
+            });
+        };
+        meanwhile(r#"{"inputHash":"sha256:b","outerLoopId":"ol_race"}"#);
+        let err = loops
+            .write(r#"{"outerLoopId":"ol_race","inputHash":"sha256:a","pendingCycleRunId":"run_a"}"#)
+            .unwrap_err();
+        assert_eq!(err.code(), "OUTER_LOOP_INPUT_MISMATCH");
+        let v: Value = serde_json::from_str(&loops.read("ol_race").unwrap().unwrap()).unwrap();
+        assert_eq!(v["inputHash"], "sha256:b");
+
+        // With the same inputHash, the write goes on over the other's, keeping its pending run.
+        meanwhile(r#"{"inputHash":"sha256:c","outerLoopId":"ol_same","pendingCycleRunId":"run_other"}"#);
+        loops
+            .write(r#"{"outerLoopId":"ol_same","inputHash":"sha256:c","maxCycles":3}"#)
+            .unwrap();
+        BEFORE_PUBLISHING.with(|h| *h.borrow_mut() = None);
+        let v: Value = serde_json::from_str(&loops.read("ol_same").unwrap().unwrap()).unwrap();
+        assert_eq!(v["maxCycles"], 3);
+        assert_eq!(v["pendingCycleRunId"], "run_other");
+        let left: Vec<_> = fs::read_dir(dir.path().join("outer-loops"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+    }
+
+    /// What is at a manifest's path but is no file is named, and a FIFO does not hang the read.
+    #[test]
+    fn a_manifest_path_holding_no_file_is_corrupt_and_said_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let loops = OuterLoops::local(dir.path()).unwrap();
+        let at = |id: &str| dir.path().join("outer-loops").join(format!("{id}.json"));
+        fs::create_dir(at("ol_dir")).unwrap();
+        let fifo = std::ffi::CString::new(at("ol_fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string naming a path in a temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        for (id, what) in [("ol_dir", "a directory"), ("ol_fifo", "a FIFO")] {
+            let err = loops.read(id).unwrap_err();
+            assert_eq!(err.code(), "RUNTIME_INTEGRITY");
+            assert!(
+                err.to_string().ends_with(&format!("{id}.json is {what}, not a file")),
+                "{err}"
+            );
+            let err = loops
+                .write(&format!(r#"{{"outerLoopId":"{id}","inputHash":"sha256:a"}}"#))
+                .unwrap_err();
+            assert_eq!(err.code(), "RUNTIME_INTEGRITY");
+        }
+    }
 
     #[test]
     fn input_hash_is_the_loops_identity_and_pending_run_is_kept_until_cleared() {

@@ -19,7 +19,8 @@ use std::collections::BTreeSet;
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     /// `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `run-event-body`,
-    /// `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`.
+    /// `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
+    /// `artifact-unreadable` (the system would not let it be read: permissions, I/O errors).
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
@@ -90,7 +91,8 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
                 "ARTIFACT_NOT_FOUND" => continue, // reported above
                 "ARTIFACT_HASH_MISMATCH" => "artifact-hash",
                 "ARTIFACT_MANIFEST_CORRUPT" => "artifact-manifest",
-                "WORLD_IO" => return Err(e),
+                // One unreadable artifact used to end verify there, hiding every other problem.
+                "WORLD_IO" => "artifact-unreadable",
                 _ => "artifact-integrity",
             };
             problems.push(Problem {

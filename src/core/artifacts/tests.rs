@@ -251,3 +251,87 @@ fn a_file_system_error_names_its_path() {
     let err = WorldError::io("starting a thread", None, std::io::ErrorKind::Other.into());
     assert_eq!(err.to_string(), "starting a thread: other error");
 }
+
+/// A FIFO where a blob or manifest belongs hung the read (and the world's close behind it); a
+/// directory, a FIFO or a symbolic link to nothing is now corrupt and named, and a write of the
+/// artifact puts a file back where it can.
+#[test]
+fn what_is_no_file_where_a_blob_or_manifest_belongs_is_corrupt_and_a_write_repairs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ArtifactStore::local(dir.path()).unwrap();
+    let mkfifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string naming a path in a temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    };
+    let cases: [(&str, &str, &dyn Fn(&Path)); 5] = [
+        ("blob", "a FIFO", &mkfifo),
+        ("blob", "a directory", &|p| fs::create_dir(p).unwrap()),
+        ("manifest", "a FIFO", &mkfifo),
+        ("manifest", "a directory", &|p| fs::create_dir(p).unwrap()),
+        ("manifest", "a symbolic link to nothing", &|p| {
+            std::os::unix::fs::symlink(p.with_extension("nowhere"), p).unwrap()
+        }),
+    ];
+    for (i, (file, what, make)) in cases.into_iter().enumerate() {
+        let payload = format!("payload {i}");
+        let m = store.write(meta(Encoding::Bytes), bytes(payload.as_bytes())).unwrap();
+        let path = match file {
+            "blob" => dir.path().join(format!("artifacts/blobs/{}.bin", m.artifact_id)),
+            _ => dir.path().join(format!("artifacts/{}.json", m.artifact_id)),
+        };
+        fs::remove_file(&path).unwrap();
+        make(&path);
+        let err = store.read(&m.artifact_id).unwrap_err();
+        assert_eq!(err.code(), "ARTIFACT_MANIFEST_CORRUPT", "{file} {what}: {err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("{} is {what}, not a file", path.display())),
+            "{err}"
+        );
+        let rewritten = store.write(meta(Encoding::Bytes), bytes(payload.as_bytes()));
+        if what == "a directory" {
+            // Nothing is renamed over a directory; the error names it.
+            let err = rewritten.unwrap_err();
+            assert_eq!(err.code(), "WORLD_IO", "{file}: {err}");
+            assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+        } else {
+            rewritten.unwrap();
+            assert_eq!(
+                &*store.read(&m.artifact_id).unwrap().1,
+                payload.as_bytes(),
+                "{file} {what}"
+            );
+        }
+    }
+}
+
+/// An artifact the system will not let be read is one problem among the others, not the end of
+/// verify (a blob of mode 000 hid a damaged blob beside it).
+#[test]
+fn verify_reports_an_unreadable_artifact_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ArtifactStore::local(dir.path()).unwrap();
+    let blob = |m: &Manifest| dir.path().join(format!("artifacts/blobs/{}.bin", m.artifact_id));
+    let a = store.write(meta(Encoding::Bytes), bytes(b"aaaa")).unwrap();
+    let b = store.write(meta(Encoding::Bytes), bytes(b"bbbb")).unwrap();
+    // A symlink loop: unreadable for root too, where mode 000 is not.
+    fs::remove_file(blob(&a)).unwrap();
+    std::os::unix::fs::symlink(blob(&a), blob(&a)).unwrap();
+    fs::write(blob(&b), b"BBBB").unwrap();
+    let reader = crate::core::store::memory::MemoryLog::new();
+    let report = crate::core::verify::verify(&reader, &store, None).unwrap();
+    let mut kinds: Vec<(&str, String)> = report
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.artifact_id.clone().unwrap()))
+        .collect();
+    kinds.sort();
+    let mut expected = vec![
+        ("artifact-hash", b.artifact_id.clone()),
+        ("artifact-unreadable", a.artifact_id.clone()),
+    ];
+    expected.sort();
+    assert_eq!(kinds, expected);
+    assert!(!report.ok);
+}
