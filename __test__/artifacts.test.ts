@@ -298,10 +298,11 @@ describe('artifacts across processes', () => {
   it('a writer killed with SIGKILL leaves every published artifact readable and no manifest without its blob', async () => {
     const dataDir = tempDir();
     const c = child([dataDir, '1000', 'distinct']);
-    // Kill it somewhere in the middle of its writes.
+    // Kill it somewhere in the middle of its writes: once more than 100 (101 to 400) are published.
+    const killAfter = 101 + Math.floor(Math.random() * 300);
     await new Promise<void>((resolve) => {
       const check = () => {
-        if (c.out().split('\n').length > 100 + Math.floor(Math.random() * 300)) {
+        if (c.out().split('\n').length > killAfter) {
           c.proc.kill('SIGKILL');
           resolve();
         } else setTimeout(check, 2);

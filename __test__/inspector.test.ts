@@ -89,6 +89,9 @@ describe('the inspector page', () => {
       await page.waitForSelector('#steps [data-step-path="summarize"]', { timeout: 10_000 });
       await appendEvent(world, 'run_inspected', { type: 'RunCompleted', payload: { output: { ok: true } } });
       await page.waitForFunction(() => document.querySelector('#run-status')?.textContent?.includes('completed'), undefined, { timeout: 10_000 });
+      // The status comes from /state, the row from the stream (drawn 40 ms after it arrives):
+      // either can be drawn first, so wait for the row too.
+      await page.waitForSelector(`#timeline [data-seq="${n + 2}"]`, { timeout: 10_000 });
       expect(await page.locator('#timeline [data-seq]').count()).toBe(n + 2);
 
       mkdirSync(ARTIFACTS, { recursive: true });

@@ -25,17 +25,24 @@ async function seeded(n: number, payload: Record<string, unknown> = {}): Promise
   return dataDir;
 }
 
-/** Send raw bytes; resolve with whatever came back within `ms`. */
-function raw(port: number, text: string, ms = 1000): Promise<string> {
+/** Send raw bytes; resolve with whatever came back within `ms`, or once it holds `until`. */
+function raw(port: number, text: string, ms = 1000, until?: string): Promise<string> {
   return new Promise((resolve) => {
     const s = net.connect(port, '127.0.0.1', () => s.write(text));
     let buf = '';
-    s.on('data', (d) => (buf += d));
-    s.on('error', () => {});
     const t = setTimeout(() => {
       s.destroy();
       resolve(buf);
     }, ms);
+    s.on('data', (d) => {
+      buf += d;
+      if (until !== undefined && buf.includes(until)) {
+        clearTimeout(t);
+        s.destroy();
+        resolve(buf);
+      }
+    });
+    s.on('error', () => {});
     s.on('close', () => {
       clearTimeout(t);
       resolve(buf);
@@ -136,7 +143,8 @@ describe('little serve', () => {
       expect(reply).toContain('content-type: text/event-stream');
       expect(server.openStreams.size).toBe(0);
       // An empty Last-Event-ID is no resume point: ?after= still counts.
-      const sse = await raw(port, 'GET /api/runs/run_r/events?after=2 HTTP/1.1\r\nHost: x\r\nLast-Event-ID: \r\n\r\n', 500);
+      // Until the event after 2 came (an id 2 would have come before it), however long that takes.
+      const sse = await raw(port, 'GET /api/runs/run_r/events?after=2 HTTP/1.1\r\nHost: x\r\nLast-Event-ID: \r\n\r\n', 30_000, 'id: 3\n');
       expect(sse).toMatch(/^HTTP\/1\.1 200/);
       expect(sse).toContain('id: 3\n');
       expect(sse).not.toContain('id: 2\n');
@@ -153,13 +161,19 @@ describe('little serve', () => {
     const s = net.connect(port, '127.0.0.1', () => s.write('GET /api/runs/run_r/events HTTP/1.1\r\nHost: x\r\n\r\n'));
     let got = 0;
     let most = 0;
+    // Until half a megabyte has come (ten events, each a wait for 'drain' or more), however long
+    // that takes: a loaded machine sent less than that in a fixed 2.5 s.
+    let enough!: () => void;
+    const gotEnough = new Promise<void>((r) => (enough = r));
+    s.on('close', () => enough()); // a stream that ends early fails below, not by the timeout
     s.on('data', (d) => {
       got += d.length;
       most = Math.max(most, response?.listenerCount('close') ?? 0);
+      if (got > 500_000) enough();
       s.pause();
       setTimeout(() => s.resume(), 5);
     });
-    await new Promise((r) => setTimeout(r, 2500));
+    await gotEnough;
     s.destroy();
     server.closeAllConnections();
     server.close();
