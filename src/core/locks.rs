@@ -15,9 +15,10 @@
 //!
 //! An owner whose process is gone is stale, and the next taker recovers the lock. A lock
 //! directory whose `owner.json` is not written yet belongs to a taker that is between `mkdir` and
-//! naming its record: once its `owner.json.tmp` is complete, it is judged by that record as by
-//! `owner.json`; before, while its taker holds the flock on it, it is held; otherwise it is only
-//! presumed stale after a grace of 30 seconds. A stale lock is renamed aside
+//! naming its record `owner.json.tmp`: while its taker holds the flock on that record, it is held;
+//! once the taker has let go of a whole record, written under a flock, without naming it, it is
+//! stale at once (the taker died, or failed and removed its directory itself); otherwise it is
+//! only presumed stale after a grace of 30 seconds. A stale lock is renamed aside
 //! before it is deleted, so a taker never sees it half removed. A taker that fails to write or
 //! sync its `owner.json` removes the directory again: it never hands out a token for it.
 //!
@@ -428,12 +429,15 @@ fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::Fi
             "the lock was recovered by another taker while this one stalled",
         ))),
     };
+    // The record, kept open (and flocked) until the directory is handed out or removed again: a
+    // whole record whose flock is gone is taken for an abandoned one (see [`in_making`]).
+    let mut record: Option<(fs::File, bool)> = None;
     let result = hook("owner.write").and_then(|()| {
         still_mine()?;
-        let mut file = fs::File::create(&tmp).map_err(io)?;
-        let flock = process::lock_for_life(&file);
+        let (file, flock) = record.insert((fs::File::create(&tmp).map_err(io)?, false));
+        *flock = process::lock_for_life(file);
         let body = serde_json::to_vec(&Owner {
-            flock,
+            flock: *flock,
             ..Owner::me(token)
         })
         .expect("owner serializes");
@@ -442,13 +446,12 @@ fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::Fi
         fs::rename(&tmp, lock_dir.join("owner.json")).map_err(io)?;
         hook("owner.sync")?;
         sync_dir(lock_dir)?;
-        sync_dir(dir)?;
-        Ok(flock.then_some(file))
+        sync_dir(dir)
     });
     if result.is_err() && mine() {
         let _ = remove_aside(dir, lock_dir, "untaken");
     }
-    result
+    result.map(|()| record.and_then(|(file, flock)| flock.then_some(file)))
 }
 
 /// The identity (device, inode) of the directory at `path`, if any.
@@ -493,25 +496,62 @@ fn inspect(lock_dir: &Path) -> Holder {
         Ok(Some(owner)) if owner.running(&lock_dir.join("owner.json")) => Holder::Live(Busy::of(&owner)),
         Ok(Some(owner)) => Holder::Stale(Busy::of(&owner)),
         Ok(None) => Holder::Gone,
-        // No readable owner yet: a taker between mkdir and naming its record. Once the record it
-        // writes is complete, it tells as `owner.json` would whether its taker is there (a taker
-        // killed before the rename left a whole record whose flock is gone: 9 of 40 kills of a
-        // taker in an acquire/release loop, and each such lock waited out the grace). Before,
-        // while the taker holds the flock on its record, it is there however long it takes;
-        // otherwise it is presumed gone after the grace.
-        Err(e) => {
-            let tmp = lock_dir.join("owner.json.tmp");
-            match read_record(&tmp) {
-                Ok(owner) if owner.running(&tmp) => Holder::Live(Busy::writing(Some(&owner))),
-                Ok(owner) => Holder::Stale(Busy::of(&owner)),
-                Err(_) if process::is_locked(&tmp) == Some(true) => Holder::Live(Busy::writing(None)),
-                Err(_) => match age(lock_dir) {
-                    None => Holder::Gone,
-                    Some(a) if a > OWNER_GRACE => Holder::Stale(Busy::unknown(&e)),
-                    Some(_) => Holder::Live(Busy::unknown(&e)),
-                },
+        // No readable owner yet: a taker between mkdir and naming its record. While it holds the
+        // flock on the record it is writing, it is there however long it takes; once it let go
+        // of a whole record it never named, it is gone; otherwise it is presumed gone after the
+        // grace.
+        Err(e) => match in_making(&lock_dir.join("owner.json.tmp")) {
+            InMaking::Held(owner) => Holder::Live(Busy::writing(owner.as_ref())),
+            InMaking::Abandoned(owner) => Holder::Stale(Busy::of(&owner)),
+            InMaking::Unknown => match age(lock_dir) {
+                None => Holder::Gone,
+                Some(a) if a > OWNER_GRACE => Holder::Stale(Busy::unknown(&e)),
+                Some(_) => Holder::Live(Busy::unknown(&e)),
+            },
+        },
+    }
+}
+
+/// What the record a taker is writing (`owner.json.tmp`) says of it.
+enum InMaking {
+    /// Its taker holds the flock on it (with the record, once it is whole).
+    Held(Option<Owner>),
+    /// A whole record, written under a flock its taker has let go of without naming it: the
+    /// taker died between writing and naming it (9 of 40 kills of a taker in an acquire/release
+    /// loop), or failed and has removed its directory (it holds the flock until then).
+    Abandoned(Owner),
+    /// No record, or one that cannot tell (not whole yet, or written without a flock).
+    Unknown,
+}
+
+/// Judge the record at `tmp` by one open of it: its contents, its flock and its being still at
+/// `tmp` are all of the same file. Judged by its path instead, a record named `owner.json`
+/// meanwhile, or the next taker's fresh one, was taken for an abandoned one (found by review
+/// with delays injected between the opens: two holders at once).
+fn in_making(tmp: &Path) -> InMaking {
+    use std::os::unix::fs::MetadataExt;
+    let Ok((file, _)) = files::open_file(tmp) else {
+        return InMaking::Unknown;
+    };
+    let mut bytes = Vec::new();
+    let whole = std::io::Read::read_to_end(&mut std::io::Read::take(&file, RECORD_MAX), &mut bytes)
+        .ok()
+        .and_then(|_| serde_json::from_slice::<Owner>(&bytes).ok());
+    let _ = hook("in_making.read");
+    match process::held_elsewhere(&file) {
+        Some(true) => InMaking::Held(whole),
+        Some(false) => {
+            // Still at its path, so its taker never named it `owner.json`.
+            let here = match (file.metadata(), fs::symlink_metadata(tmp)) {
+                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+                _ => false,
+            };
+            match whole {
+                Some(owner) if owner.flock && here => InMaking::Abandoned(owner),
+                _ => InMaking::Unknown,
             }
         }
+        None => InMaking::Unknown,
     }
 }
 
@@ -733,16 +773,75 @@ mod tests {
         assert_ne!(held.token, "lck_writing");
         locks.release(name, &held.token).unwrap();
 
-        // A record without the flock is judged by its pid, here a live one.
+        // A record written without a flock, or cut short, says nothing: the grace applies (a pid
+        // means nothing in another pid namespace).
         fs::create_dir(&lock).unwrap();
-        fs::write(&tmp, record(false)).unwrap();
-        assert_eq!(locks.acquire(name, Duration::ZERO).unwrap_err().code(), "RUN_LOCKED");
-        // A record cut short says nothing: the grace applies.
-        fs::write(&tmp, &record(true)[..10]).unwrap();
-        let err = locks.acquire(name, Duration::ZERO).unwrap_err();
-        assert!(err.to_string().ends_with("has not written its owner file yet"), "{err}");
+        for body in [record(false), record(true)[..10].to_vec()] {
+            fs::write(&tmp, body).unwrap();
+            let err = locks.acquire(name, Duration::ZERO).unwrap_err();
+            assert!(err.to_string().ends_with("has not written its owner file yet"), "{err}");
+        }
         backdate(&lock, OWNER_GRACE * 2);
         locks.acquire(name, Duration::ZERO).unwrap();
+    }
+
+    /// A record is judged by one open of it: one named `owner.json`, or replaced by the next
+    /// taker's, between reading it and looking at its flock is not taken for an abandoned one.
+    #[test]
+    fn a_record_in_the_making_is_judged_by_the_file_that_was_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("lock");
+        fs::create_dir(&lock).unwrap();
+        let tmp = lock.join("owner.json.tmp");
+        let body = serde_json::to_vec(&Owner {
+            flock: true,
+            ..Owner::me("lck_x")
+        })
+        .unwrap();
+        let write = || {
+            let f = fs::File::create(&tmp).unwrap();
+            let flocked = process::lock_for_life(&f);
+            fs::write(&tmp, &body).unwrap();
+            (f, flocked)
+        };
+        let (holder, flocked) = write();
+        if !flocked {
+            return; // no flock on this file system
+        }
+        assert!(matches!(in_making(&tmp), InMaking::Held(Some(o)) if o.token == "lck_x"));
+
+        // Named owner.json meanwhile: its taker still holds it.
+        let (named, to) = (tmp.clone(), lock.join("owner.json"));
+        set_hook(move |step| {
+            if step == "in_making.read" {
+                fs::rename(&named, &to)?;
+            }
+            Ok(())
+        });
+        assert!(matches!(in_making(&tmp), InMaking::Held(_)));
+        clear_hook();
+
+        // Released, and the next taker's record made (not flocked yet) in a directory of its own.
+        fs::remove_file(lock.join("owner.json")).unwrap();
+        let (holder2, _) = write();
+        drop(holder);
+        let mut holder2 = Some(holder2);
+        let (old, next) = (lock.clone(), tmp.clone());
+        set_hook(move |step| {
+            if step == "in_making.read" {
+                drop(holder2.take());
+                fs::rename(&old, old.with_extension("released"))?;
+                fs::create_dir(&old)?;
+                fs::File::create(&next)?;
+            }
+            Ok(())
+        });
+        assert!(matches!(in_making(&tmp), InMaking::Unknown));
+        clear_hook();
+
+        // Let go of without being named: abandoned.
+        fs::write(&tmp, &body).unwrap();
+        assert!(matches!(in_making(&tmp), InMaking::Abandoned(o) if o.token == "lck_x"));
     }
 
     #[test]

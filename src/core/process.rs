@@ -62,9 +62,15 @@ pub fn try_lock(file: &File) -> Option<bool> {
 /// Whether some open file holds an `flock` on `path` right now: `None` when that cannot be told
 /// (the file is gone, or the file system has no flock).
 pub fn is_locked(path: &Path) -> Option<bool> {
+    held_elsewhere(&File::open(path).ok()?)
+}
+
+/// Whether another open file holds an `flock` on the file `file` is open on: `None` where the
+/// file system has no flock. Its momentary shared lock lasts until `file` is dropped.
+pub fn held_elsewhere(file: &File) -> Option<bool> {
     // A shared lock is refused only while someone holds the exclusive one; taking it for a moment
-    // blocks no other looker. It goes when the file is dropped, at the end of this call.
-    flock_now(&File::open(path).ok()?, false).map(|taken| !taken)
+    // blocks no other looker.
+    flock_now(file, false).map(|taken| !taken)
 }
 
 /// Try an exclusive (or shared) `flock` on `file` without waiting: `Some(true)` when taken,
