@@ -18,7 +18,10 @@
 //! naming its record `owner.json.tmp`: while its taker holds the flock on that record, it is held;
 //! once the taker has let go of a whole record, written under a flock, without naming it, it is
 //! stale at once (the taker died, or failed and removed its directory itself); otherwise it is
-//! only presumed stale after a grace of 30 seconds. A stale lock is renamed aside
+//! only presumed stale after a grace of 30 seconds. A taker creates its record only where there
+//! is none and names it `owner.json` by a link, only where there is none: one that stalled past
+//! the grace while others recovered its directory and took the lock gives up on finding their
+//! record, touching nothing (see [`write_owner`]). A stale lock is renamed aside
 //! before it is deleted, so a taker never sees it half removed. A taker that fails to write or
 //! sync its `owner.json` removes the directory again: it never hands out a token for it.
 //!
@@ -393,7 +396,9 @@ fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Attempt> {
     let _gate = gate(lock_dir);
     for _ in 0..ROUNDS {
         match fs::create_dir(lock_dir) {
-            Ok(()) => return write_owner(dir, lock_dir, token).map(Ok),
+            // Its identity at once: the longer before it is taken, the longer a stall (a paused
+            // container) in which others may recover this directory and make another there.
+            Ok(()) => return write_owner(dir, lock_dir, dir_id(lock_dir), token),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => match inspect(lock_dir) {
                 Holder::Live(busy) => return Ok(Err(busy)),
                 Holder::Stale(busy) => {
@@ -412,16 +417,20 @@ fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Attempt> {
     }))
 }
 
-/// Write this process's owner record for `token` into the lock directory just made, and sync it.
-/// The record is flocked before it is named `owner.json`, so nobody sees it without its flock;
-/// the open file is returned to be kept while the lock is held. On failure the directory is
-/// removed again: its token is never handed out, so nobody else would let go of it.
-fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::File>> {
+/// Write this process's owner record for `token` into the lock directory just made (`made`, its
+/// identity then), and sync it. The record is flocked before it is named `owner.json`, so nobody
+/// sees it without its flock; the open file is returned to be kept while the lock is held. On
+/// failure the directory is removed again: its token is never handed out, so nobody else would
+/// let go of it.
+///
+/// Should this taker stall past the grace before its record is named, others recover the lock
+/// and the path may name a later taker's directory, which is not to be written in or removed.
+/// Its identity tells, unless the stall came before `made` was taken; the record is therefore
+/// created only where there is none, and named `owner.json` only where there is none (a link,
+/// not a rename), so that such a taker finds the other's record and gives up, touching nothing.
+fn write_owner(dir: &Path, lock_dir: &Path, made: Option<(u64, u64)>, token: &str) -> Result<Attempt> {
     let tmp = lock_dir.join("owner.json.tmp");
     let io = |e| WorldError::io("writing a lock owner", Some(lock_dir.to_path_buf()), e);
-    // The directory this taker made: should it stall past the grace (a paused container), others
-    // recover the lock and the path names a later taker's directory, which is not to be removed.
-    let made = dir_id(lock_dir);
     let mine = || made.is_some() && dir_id(lock_dir) == made;
     let still_mine = || match mine() {
         true => Ok(()),
@@ -429,29 +438,75 @@ fn write_owner(dir: &Path, lock_dir: &Path, token: &str) -> Result<Option<fs::Fi
             "the lock was recovered by another taker while this one stalled",
         ))),
     };
+    let another = || Busy::writing(None);
     // The record, kept open (and flocked) until the directory is handed out or removed again: a
     // whole record whose flock is gone is taken for an abandoned one (see [`in_making`]).
-    let mut record: Option<(fs::File, bool)> = None;
+    let mut record: Option<fs::File> = None;
+    let mut flocked = false;
+    let mut try_again = false;
     let result = hook("owner.write").and_then(|()| {
         still_mine()?;
-        let (file, flock) = record.insert((fs::File::create(&tmp).map_err(io)?, false));
-        *flock = process::lock_for_life(file);
+        let created = fs::OpenOptions::new().write(true).create_new(true).open(&tmp);
+        let file = match created {
+            Ok(f) => record.insert(f),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(Some(another())),
+            Err(e) => return Err(io(e)),
+        };
+        hook("owner.created")?;
+        flocked = match process::lock_for_life(file) {
+            Some(true) => true,
+            None => false,
+            // A looker kept it past the wait: recorded without its flock, this lock would be
+            // judged by its pid, which means nothing in another pid namespace. Try again.
+            Some(false) => {
+                try_again = true;
+                return Ok(Some(Busy {
+                    pid: 0,
+                    holder: "(a looker held the new owner record too long; try again)".into(),
+                }));
+            }
+        };
         let body = serde_json::to_vec(&Owner {
-            flock: *flock,
+            flock: flocked,
             ..Owner::me(token)
         })
         .expect("owner serializes");
         file.write_all(&body).and_then(|()| file.sync_all()).map_err(io)?;
         still_mine()?;
-        fs::rename(&tmp, lock_dir.join("owner.json")).map_err(io)?;
+        match fs::hard_link(&tmp, lock_dir.join("owner.json")) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                let _ = fs::remove_file(&tmp);
+                record = None;
+                return Ok(Some(another()));
+            }
+            Err(e) => return Err(io(e)),
+        }
+        let _ = fs::remove_file(&tmp);
         hook("owner.sync")?;
         sync_dir(lock_dir)?;
-        sync_dir(dir)
+        sync_dir(dir)?;
+        Ok(None)
     });
-    if result.is_err() && mine() {
-        let _ = remove_aside(dir, lock_dir, "untaken");
+    // A directory that holds another taker's named record is that taker's, whatever its identity.
+    let removable = || mine() && !matches!(read_owner(lock_dir), Ok(Some(o)) if o.token != token);
+    match result {
+        Ok(None) => Ok(Ok(record.filter(|_| flocked))),
+        Ok(Some(busy)) => {
+            // Else another taker's record is there: nothing here is this taker's to remove.
+            if try_again && removable() {
+                let _ = remove_aside(dir, lock_dir, "untaken");
+            }
+            Ok(Err(busy))
+        }
+        Err(e) => {
+            if removable() {
+                let _ = remove_aside(dir, lock_dir, "untaken");
+            }
+            drop(record);
+            Err(e)
+        }
     }
-    result.map(|()| record.and_then(|(file, flock)| flock.then_some(file)))
 }
 
 /// The identity (device, inode) of the directory at `path`, if any.
@@ -754,7 +809,7 @@ mod tests {
         let tmp = lock.join("owner.json.tmp");
         // Its taker is there while it holds the flock on the record: the message names its pid.
         let writing = fs::File::create(&tmp).unwrap();
-        if !process::lock_for_life(&writing) {
+        if process::lock_for_life(&writing) != Some(true) {
             return; // no flock on this file system
         }
         fs::write(&tmp, record(true)).unwrap();
@@ -785,6 +840,60 @@ mod tests {
         locks.acquire(name, Duration::ZERO).unwrap();
     }
 
+    /// A taker that stalled before it took its directory's identity, while others recovered the
+    /// directory and the next taker took it, finds that taker's record and touches nothing.
+    #[test]
+    fn a_taker_that_finds_another_takers_record_in_its_directory_gives_up_touching_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks_dir = dir.path().join("locks");
+        fs::create_dir(&locks_dir).unwrap();
+        let lock = locks_dir.join("lock");
+        fs::create_dir(&lock).unwrap();
+        let theirs = serde_json::to_vec(&Owner::me("lck_next")).unwrap();
+        fs::write(lock.join("owner.json"), &theirs).unwrap();
+        // Its identity is the next taker's directory's: only the record can tell.
+        let out = write_owner(&locks_dir, &lock, dir_id(&lock), "lck_stalled").unwrap();
+        assert!(out.is_err(), "it took the lock");
+        assert_eq!(fs::read(lock.join("owner.json")).unwrap(), theirs);
+        assert!(!lock.join("owner.json.tmp").exists());
+
+        // The same while the next taker is still writing its record.
+        fs::remove_file(lock.join("owner.json")).unwrap();
+        fs::write(lock.join("owner.json.tmp"), b"{").unwrap();
+        assert!(write_owner(&locks_dir, &lock, dir_id(&lock), "lck_stalled")
+            .unwrap()
+            .is_err());
+        assert_eq!(fs::read(lock.join("owner.json.tmp")).unwrap(), b"{");
+    }
+
+    /// A looker that holds a new record past the wait makes the taker try again, rather than
+    /// record no flock (then judged by a pid, which means nothing in another pid namespace).
+    #[test]
+    fn a_record_a_looker_holds_too_long_is_given_up_and_taken_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Locks::local(dir.path()).unwrap();
+        let name = "run:run_looked";
+        let lock = lock_dir(dir.path(), name);
+        let tmp = lock.join("owner.json.tmp");
+        let mut looker = None;
+        set_hook(move |step| {
+            if step == "owner.created" && looker.is_none() {
+                let f = fs::File::open(&tmp)?;
+                process::held_elsewhere(&f); // a looker's shared flock, kept
+                looker = Some(f);
+            }
+            Ok(())
+        });
+        let err = locks.acquire(name, Duration::ZERO).unwrap_err();
+        clear_hook();
+        assert_eq!(err.code(), "RUN_LOCKED");
+        assert!(err.to_string().contains("a looker held the new owner record"), "{err}");
+        assert!(!lock.exists());
+        let held = locks.acquire(name, Duration::ZERO).unwrap();
+        let owner: Owner = serde_json::from_slice(&fs::read(lock.join("owner.json")).unwrap()).unwrap();
+        assert!(owner.flock && owner.token == held.token);
+    }
+
     /// A record is judged by one open of it: one named `owner.json`, or replaced by the next
     /// taker's, between reading it and looking at its flock is not taken for an abandoned one.
     #[test]
@@ -800,7 +909,7 @@ mod tests {
         .unwrap();
         let write = || {
             let f = fs::File::create(&tmp).unwrap();
-            let flocked = process::lock_for_life(&f);
+            let flocked = process::lock_for_life(&f) == Some(true);
             fs::write(&tmp, &body).unwrap();
             (f, flocked)
         };
@@ -959,7 +1068,7 @@ mod tests {
         let lock = dead_lock(dir.path(), name);
         // Another taker recovering it holds the flock on its recovery-lock file.
         let recovering = fs::File::create(lock.with_extension("recovery-lock")).unwrap();
-        if !process::lock_for_life(&recovering) {
+        if process::lock_for_life(&recovering) != Some(true) {
             return; // no flock on this file system
         }
         let err = locks.acquire(name, Duration::ZERO).unwrap_err();
@@ -1008,7 +1117,7 @@ mod tests {
         let writing = lock_dir(dir.path(), "run:run_w");
         fs::create_dir(&writing).unwrap();
         let tmp = fs::File::create(writing.join("owner.json.tmp")).unwrap();
-        assert!(process::lock_for_life(&tmp));
+        assert_eq!(process::lock_for_life(&tmp), Some(true));
         backdate(&writing, OWNER_GRACE * 2);
         let err = locks.acquire("run:run_w", Duration::ZERO).unwrap_err();
         assert!(err.to_string().contains("writing its owner file"), "{err}");

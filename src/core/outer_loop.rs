@@ -612,7 +612,7 @@ mod tests {
         // and its write failed); a dead predecessor may have had this process's pid.
         let held_elsewhere = file("ol_1.json.2147483646.0-3-flock.tmp");
         let writer = std::fs::File::open(&held_elsewhere).unwrap();
-        assert!(crate::core::process::lock_for_life(&writer));
+        assert_eq!(crate::core::process::lock_for_life(&writer), Some(true));
         let predecessor = file(&format!("ol_1.json.{me}.0-4-flock.tmp"));
         // Where an earlier version looks for the pid in a name, it finds this one's: it judges
         // these files by pid as it judges its own (it used to find none, and removed live ones).

@@ -30,22 +30,22 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Take an exclusive `flock` on `file`, held for as long as this open file stays open (dropping
-/// the `File` lets go, and so does the end of the process). `false` when it is not taken. Each
-/// `open` is its own holder, so two opens in one process exclude each other too.
+/// the `File` lets go, and so does the end of the process). `Some(false)` when another holder
+/// kept it past the wait, `None` where the file system has no flock. Each `open` is its own
+/// holder, so two opens in one process exclude each other too.
 ///
 /// Meant for a file just created: the only other holders it can have are lookers ([`is_locked`]),
 /// whose shared lock lasts a moment, so it waits out theirs (up to [`LOOKER_WAIT`]). Not waiting,
 /// a looker's moment made 2-54 of 300 contended lock takers record no flock at all, and their
 /// locks were then judged by pid alone.
-pub fn lock_for_life(file: &File) -> bool {
+pub fn lock_for_life(file: &File) -> Option<bool> {
     let until = std::time::Instant::now() + LOOKER_WAIT;
     loop {
         match try_lock(file) {
-            Some(true) => return true,
             Some(false) if std::time::Instant::now() < until => {
                 std::thread::sleep(std::time::Duration::from_micros(50))
             }
-            _ => return false,
+            taken => return taken,
         }
     }
 }
@@ -105,9 +105,13 @@ mod tests {
         let path = dir.path().join("owner.json");
         let held = File::create(&path).unwrap();
         assert_eq!(is_locked(&path), Some(false));
-        assert!(lock_for_life(&held));
+        assert_eq!(lock_for_life(&held), Some(true));
         assert_eq!(is_locked(&path), Some(true), "another open in this process sees it");
-        assert!(!lock_for_life(&File::open(&path).unwrap()), "and cannot take it");
+        assert_eq!(
+            lock_for_life(&File::open(&path).unwrap()),
+            Some(false),
+            "and cannot take it"
+        );
         drop(held);
         assert_eq!(is_locked(&path), Some(false));
         assert_eq!(is_locked(&dir.path().join("gone")), None);
