@@ -478,7 +478,10 @@ fn write_owner(dir: &Path, lock_dir: &Path, made: Option<(u64, u64)>, token: &st
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 let _ = fs::remove_file(&tmp);
                 record = None;
-                return Ok(Some(another()));
+                return Ok(Some(match read_owner(lock_dir) {
+                    Ok(Some(o)) => Busy::of(&o),
+                    _ => another(),
+                }));
             }
             Err(e) => return Err(io(e)),
         }
