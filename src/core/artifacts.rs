@@ -554,7 +554,8 @@ impl TmpFile {
                 .open(&path)
                 .map_err(|e| WorldError::io("creating a temporary file", Some(path.clone()), e))?;
             match process::try_lock(&file) {
-                Some(true) if same_file(&file, &path) => return Ok(TmpFile { path, file }),
+                // Still at its name: a cleanup may have removed it meanwhile.
+                Some(true) if files::names(&file, &path) => return Ok(TmpFile { path, file }),
                 Some(_) => continue,
                 // No flock on this file system: a cleanup goes by the pid in the name.
                 None => return Ok(TmpFile { path, file }),
@@ -584,15 +585,6 @@ impl TmpFile {
                 Err(e)
             }
         }
-    }
-}
-
-/// Whether `path` still names the open `file` (a cleanup may have removed it meanwhile).
-fn same_file(file: &File, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (file.metadata(), fs::metadata(path)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
     }
 }
 

@@ -98,6 +98,15 @@ pub fn open_file(path: &Path) -> Result<(File, u64), Unreadable> {
     }))
 }
 
+/// Whether `path` (not following a last symbolic link) names the file `file` is open on.
+pub fn names(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// The whole regular file at `path`, of at most `max` bytes.
 pub fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, Unreadable> {
     let (file, len) = open_file(path)?;

@@ -473,44 +473,83 @@ fn write_owner(dir: &Path, lock_dir: &Path, made: Option<(u64, u64)>, token: &st
         .expect("owner serializes");
         file.write_all(&body).and_then(|()| file.sync_all()).map_err(io)?;
         still_mine()?;
-        match fs::hard_link(&tmp, lock_dir.join("owner.json")) {
+        hook("owner.link")?;
+        let owner_json = lock_dir.join("owner.json");
+        match fs::hard_link(&tmp, &owner_json) {
             Ok(()) => {}
+            // Named already: by a stalled taker's link, which went by path (below).
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && is(file, &owner_json) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                let _ = fs::remove_file(&tmp);
+                if is(file, &tmp) {
+                    let _ = fs::remove_file(&tmp);
+                }
                 record = None;
                 return Ok(Some(match read_owner(lock_dir) {
                     Ok(Some(o)) => Busy::of(&o),
                     _ => another(),
                 }));
             }
+            // A file system without hard links: named by a rename, as before links were used.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS)) => {
+                fs::rename(&tmp, &owner_json).map_err(io)?
+            }
             Err(e) => return Err(io(e)),
         }
-        let _ = fs::remove_file(&tmp);
+        // A link goes by path: had the name come to hold another taker's record meanwhile (this
+        // one stalled, its directory recovered, the next holder's released), that record would
+        // now be named, not this one. It is that taker's, and nothing here is this one's.
+        if !is(file, &owner_json) {
+            record = None;
+            return Ok(Some(another()));
+        }
+        if is(file, &tmp) {
+            let _ = fs::remove_file(&tmp);
+        }
         hook("owner.sync")?;
         sync_dir(lock_dir)?;
         sync_dir(dir)?;
         Ok(None)
     });
-    // A directory that holds another taker's named record is that taker's, whatever its identity.
-    let removable = || mine() && !matches!(read_owner(lock_dir), Ok(Some(o)) if o.token != token);
     match result {
         Ok(None) => Ok(Ok(record.filter(|_| flocked))),
         Ok(Some(busy)) => {
             // Else another taker's record is there: nothing here is this taker's to remove.
-            if try_again && removable() {
-                let _ = remove_aside(dir, lock_dir, "untaken");
+            if try_again {
+                give_up(lock_dir, record.as_ref());
             }
             Ok(Err(busy))
         }
         Err(e) => {
-            if removable() {
-                let _ = remove_aside(dir, lock_dir, "untaken");
+            if mine() {
+                give_up(lock_dir, record.as_ref());
             }
             drop(record);
             Err(e)
         }
     }
 }
+
+/// Remove what is provably this taker's: its record, by its names that still lead to it, then
+/// the directory if that left it empty. Removing the directory by its path after a check could
+/// remove the next holder's, made there while this taker stalled past the grace (found by review
+/// with delays injected: two holders); a directory that holds anyone's record is not empty.
+fn give_up(lock_dir: &Path, record: Option<&fs::File>) {
+    if let Some(file) = record {
+        for name in ["owner.json.tmp", "owner.json"] {
+            let path = lock_dir.join(name);
+            if is(file, &path) {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+    if fs::remove_dir(lock_dir).is_ok() {
+        if let Some(dir) = lock_dir.parent() {
+            let _ = sync_dir(dir);
+        }
+    }
+}
+
+use files::names as is;
 
 /// The identity (device, inode) of the directory at `path`, if any.
 fn dir_id(path: &Path) -> Option<(u64, u64)> {
@@ -587,7 +626,6 @@ enum InMaking {
 /// meanwhile, or the next taker's fresh one, was taken for an abandoned one (found by review
 /// with delays injected between the opens: two holders at once).
 fn in_making(tmp: &Path) -> InMaking {
-    use std::os::unix::fs::MetadataExt;
     let Ok((file, _)) = files::open_file(tmp) else {
         return InMaking::Unknown;
     };
@@ -600,10 +638,7 @@ fn in_making(tmp: &Path) -> InMaking {
         Some(true) => InMaking::Held(whole),
         Some(false) => {
             // Still at its path, so its taker never named it `owner.json`.
-            let here = match (file.metadata(), fs::symlink_metadata(tmp)) {
-                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-                _ => false,
-            };
+            let here = is(&file, tmp);
             match whole {
                 Some(owner) if owner.flock && here => InMaking::Abandoned(owner),
                 _ => InMaking::Unknown,
@@ -860,8 +895,29 @@ mod tests {
         assert_eq!(fs::read(lock.join("owner.json")).unwrap(), theirs);
         assert!(!lock.join("owner.json.tmp").exists());
 
-        // The same while the next taker is still writing its record.
+        // Its record's name came to hold another taker's record before the link (this one stalled,
+        // the next holder released, the one after made its record): that one is named, and left
+        // as it is, with its name.
         fs::remove_file(lock.join("owner.json")).unwrap();
+        let other = lock.join("other");
+        set_hook(move |step| {
+            if step == "owner.link" {
+                let tmp = other.with_file_name("owner.json.tmp");
+                fs::remove_file(&tmp)?;
+                fs::write(&other, b"theirs")?;
+                fs::rename(&other, &tmp)?;
+            }
+            Ok(())
+        });
+        let out = write_owner(&locks_dir, &lock, dir_id(&lock), "lck_stalled").unwrap();
+        clear_hook();
+        assert!(out.is_err(), "it took the lock");
+        assert_eq!(fs::read(lock.join("owner.json")).unwrap(), b"theirs");
+        assert_eq!(fs::read(lock.join("owner.json.tmp")).unwrap(), b"theirs");
+        fs::remove_file(lock.join("owner.json")).unwrap();
+        fs::remove_file(lock.join("owner.json.tmp")).unwrap();
+
+        // The same while the next taker is still writing its record.
         fs::write(lock.join("owner.json.tmp"), b"{").unwrap();
         assert!(write_owner(&locks_dir, &lock, dir_id(&lock), "lck_stalled")
             .unwrap()
