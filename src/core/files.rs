@@ -94,7 +94,7 @@ pub fn open_file(path: &Path) -> Result<(File, u64), Unreadable> {
     } else if t.is_char_device() || t.is_block_device() {
         "a device"
     } else {
-        "not a regular file"
+        "a special file"
     }))
 }
 

@@ -420,14 +420,15 @@ fn take_local(dir: &Path, lock_dir: &Path, token: &str) -> Result<Attempt> {
 /// Write this process's owner record for `token` into the lock directory just made (`made`, its
 /// identity then), and sync it. The record is flocked before it is named `owner.json`, so nobody
 /// sees it without its flock; the open file is returned to be kept while the lock is held. On
-/// failure the directory is removed again: its token is never handed out, so nobody else would
-/// let go of it.
+/// failure the record and then the directory are removed again (see [`give_up`]): its token is
+/// never handed out, so nobody else would let go of it.
 ///
 /// Should this taker stall past the grace before its record is named, others recover the lock
 /// and the path may name a later taker's directory, which is not to be written in or removed.
 /// Its identity tells, unless the stall came before `made` was taken; the record is therefore
-/// created only where there is none, and named `owner.json` only where there is none (a link,
-/// not a rename), so that such a taker finds the other's record and gives up, touching nothing.
+/// created only where there is none, named `owner.json` only where there is none (a link, not a
+/// rename, where the file system has links) and checked to be what the name holds, so that such
+/// a taker finds the other's record and gives up, touching nothing of it.
 fn write_owner(dir: &Path, lock_dir: &Path, made: Option<(u64, u64)>, token: &str) -> Result<Attempt> {
     let tmp = lock_dir.join("owner.json.tmp");
     let io = |e| WorldError::io("writing a lock owner", Some(lock_dir.to_path_buf()), e);
