@@ -98,11 +98,16 @@ pub fn open_file(path: &Path) -> Result<(File, u64), Unreadable> {
     }))
 }
 
+/// A file's identity: its device and inode.
+pub fn identity(meta: &fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
 /// Whether `path` (not following a last symbolic link) names the file `file` is open on.
 pub fn names(file: &File, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
     match (file.metadata(), fs::symlink_metadata(path)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        (Ok(a), Ok(b)) => identity(&a) == identity(&b),
         _ => false,
     }
 }
@@ -110,6 +115,11 @@ pub fn names(file: &File, path: &Path) -> bool {
 /// The whole regular file at `path`, of at most `max` bytes.
 pub fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, Unreadable> {
     let (file, len) = open_file(path)?;
+    read_opened(&file, len, max)
+}
+
+/// The whole of `file` (opened by [`open_file`], `len` long then), of at most `max` bytes.
+pub fn read_opened(file: &File, len: u64, max: u64) -> Result<Vec<u8>, Unreadable> {
     if len > max {
         return Err(Unreadable::TooLarge(len));
     }

@@ -554,15 +554,7 @@ use files::names as is;
 
 /// The identity (device, inode) of the directory at `path`, if any.
 fn dir_id(path: &Path) -> Option<(u64, u64)> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        fs::symlink_metadata(path).ok().map(|_| (0, 0))
-    }
+    fs::symlink_metadata(path).ok().map(|m| files::identity(&m))
 }
 
 enum Holder {
@@ -627,13 +619,12 @@ enum InMaking {
 /// meanwhile, or the next taker's fresh one, was taken for an abandoned one (found by review
 /// with delays injected between the opens: two holders at once).
 fn in_making(tmp: &Path) -> InMaking {
-    let Ok((file, _)) = files::open_file(tmp) else {
+    let Ok((file, len)) = files::open_file(tmp) else {
         return InMaking::Unknown;
     };
-    let mut bytes = Vec::new();
-    let whole = std::io::Read::read_to_end(&mut std::io::Read::take(&file, RECORD_MAX), &mut bytes)
+    let whole = files::read_opened(&file, len, RECORD_MAX)
         .ok()
-        .and_then(|_| serde_json::from_slice::<Owner>(&bytes).ok());
+        .and_then(|bytes| serde_json::from_slice::<Owner>(&bytes).ok());
     let _ = hook("in_making.read");
     match process::held_elsewhere(&file) {
         Some(true) => InMaking::Held(whole),

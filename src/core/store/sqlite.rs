@@ -217,17 +217,7 @@ impl OpenedFile {
 
 /// The identity (device, inode) of the file at `path`, read without opening it.
 fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
-    let meta = std::fs::metadata(path)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        Ok((meta.dev(), meta.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = meta;
-        Ok((0, 0))
-    }
+    std::fs::metadata(path).map(|m| crate::core::files::identity(&m))
 }
 
 /// `err`, naming the database file of `conn` and, for an I/O failure, what the operating system
