@@ -203,8 +203,7 @@ fn read_file(path: &Path, id: &str) -> Result<Option<Map<String, Value>>> {
     let corrupt = |what: String| WorldError::RuntimeIntegrity {
         reason: format!("outer-loop manifest {} {what}", path.display()),
     };
-    // Its own fields are the caller's, so no size is too large for one.
-    let bytes = match files::read_small(path, u64::MAX) {
+    let bytes = match files::read_small(path, MANIFEST_MAX as u64) {
         Ok(bytes) => bytes,
         Err(Unreadable::Missing) => return Ok(None),
         Err(Unreadable::Io(e)) => {
@@ -242,9 +241,31 @@ fn read_file(path: &Path, id: &str) -> Result<Option<Map<String, Value>>> {
     Ok(Some(manifest))
 }
 
+/// The most canonical JSON one manifest may hold (256 MiB). A manifest is a loop's goal and its
+/// cycles, which this dwarfs, and a larger one could not become a JavaScript string on its way
+/// back; a file larger than this at a manifest's path is corrupt rather than read whole (a
+/// sparse file of a terabyte there once got the reading process killed for its memory).
+pub const MANIFEST_MAX: usize = 256 << 20;
+
 /// Check `manifest` against the `stored` one: refuse another `inputHash`, keep the stored
-/// `pendingCycleRunId` unless the manifest sets or clears it. Returns the canonical text to store.
-fn merge(id: &str, mut manifest: Map<String, Value>, stored: Option<&Map<String, Value>>) -> Result<String> {
+/// `pendingCycleRunId` unless the manifest sets or clears it, and refuse a result larger than
+/// [`MANIFEST_MAX`]. Returns the canonical text to store.
+fn merge(id: &str, manifest: Map<String, Value>, stored: Option<&Map<String, Value>>) -> Result<String> {
+    let text = merged(id, manifest, stored)?;
+    if text.len() > MANIFEST_MAX {
+        return Err(WorldError::validation(
+            "manifest",
+            format!(
+                "is {} bytes of canonical JSON; a manifest holds at most {MANIFEST_MAX} ({} MiB)",
+                text.len(),
+                MANIFEST_MAX >> 20
+            ),
+        ));
+    }
+    Ok(text)
+}
+
+fn merged(id: &str, mut manifest: Map<String, Value>, stored: Option<&Map<String, Value>>) -> Result<String> {
     if let Some(stored) = stored {
         let stored_hash = stored.get("inputHash").and_then(Value::as_str).unwrap_or("");
         let given = manifest.get("inputHash").and_then(Value::as_str).unwrap_or("");
@@ -403,6 +424,42 @@ mod tests {
                 .write(&format!(r#"{{"outerLoopId":"{id}","inputHash":"sha256:a"}}"#))
                 .unwrap_err();
             assert_eq!(err.code(), "RUNTIME_INTEGRITY");
+        }
+    }
+
+    #[test]
+    fn a_manifest_larger_than_any_written_is_refused_and_never_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let loops = OuterLoops::local(dir.path()).unwrap();
+        // A sparse terabyte at a manifest's path: read whole, it took the process's memory.
+        let path = dir.path().join("outer-loops/ol_huge.json");
+        fs::File::create(&path).unwrap().set_len(1 << 40).unwrap();
+        let err = loops.read("ol_huge").unwrap_err();
+        assert_eq!(err.code(), "RUNTIME_INTEGRITY");
+        assert!(
+            err.to_string().contains("ol_huge.json holds 1099511627776 bytes"),
+            "{err}"
+        );
+        // One byte over the limit, in canonical JSON, is refused in both stores and nothing is
+        // kept; at the limit it is stored and read back.
+        let head = r#"{"goal":{"description":""},"inputHash":"sha256:a","outerLoopId":"ol_big"}"#;
+        let over = head.replacen(
+            r#":"""#,
+            &format!(r#":"{}""#, "x".repeat(MANIFEST_MAX + 1 - head.len())),
+            1,
+        );
+        assert_eq!(over.len(), MANIFEST_MAX + 1);
+        let at_limit = over.replacen('x', "", 1);
+        for loops in [OuterLoops::local(dir.path()).unwrap(), OuterLoops::memory()] {
+            let err = loops.write(&over).unwrap_err();
+            assert_eq!(err.code(), "EVENT_VALIDATION");
+            assert!(
+                err.to_string().contains("a manifest holds at most 268435456 (256 MiB)"),
+                "{err}"
+            );
+            assert_eq!(loops.read("ol_big").unwrap(), None);
+            loops.write(&at_limit).unwrap();
+            assert_eq!(loops.read("ol_big").unwrap().unwrap(), at_limit);
         }
     }
 
