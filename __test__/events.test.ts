@@ -20,7 +20,7 @@ import {
 } from '@little-workflow/world';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { worldKinds, rejection, tempDir, track } from './helpers';
+import { asWriter, worldKinds, rejection, tempDir, track } from './helpers';
 
 const jcs = (v: unknown): string => canonicalizeOracle(v) as string;
 const sha256hex = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
@@ -301,7 +301,7 @@ describe('a keyed retry after an upgrade', () => {
     const eventId = `evt_${sha256hex(jcs({ runId, sequence: 1, type, payload })).slice(0, 16)}`;
     const recordedAt = '2026-11-01T00:00:00.000Z';
     const envelope = jcs({ eventId, runId, sequence: 1, type, appendIdempotencyKey: key, canonicalRequestDigest: digest, recordedAt, payload });
-    const db = new Database(join(dataDir, 'events', 'events.db'));
+    const db = asWriter(new Database(join(dataDir, 'events', 'events.db')));
     db.prepare('INSERT INTO events (run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
       .run(runId, 1, eventId, type, key, digest, recordedAt, envelope);
     db.close();

@@ -56,9 +56,21 @@ export const packageRoot = join(__dirname, '..');
 /** Take the world at `dataDir` back to schema 2, as the version before budget estimates left it. */
 export function downgradeToSchema2(dataDir: string): void {
   const db = new Database(join(dataDir, 'events', 'events.db'));
-  db.exec('DROP TABLE estimates');
+  db.exec('DROP TRIGGER events_writer; DROP TABLE estimates');
   db.pragma('user_version = 2');
   db.close();
+}
+
+/** The schema version this build writes. */
+export const SCHEMA_VERSION = 4;
+
+/**
+ * Make a better-sqlite3 connection a writer of this schema, as the world's writer is: since
+ * schema 4 an insert into `events` from any other connection is refused.
+ */
+export function asWriter(db: Database.Database): Database.Database {
+  db.function('little_world_writer', (schema: unknown) => (schema === SCHEMA_VERSION ? 1 : 0));
+  return db;
 }
 
 /** The schema version of the world at `dataDir`, read without opening it as a world. */

@@ -29,7 +29,7 @@ import {
   type RunEvent,
   type RunEventDraft,
 } from '@little-workflow/world';
-import { downgradeToSchema2, packageRoot, schemaVersion, tempDir, track, worldKinds, rejection } from './helpers';
+import { asWriter, downgradeToSchema2, packageRoot, SCHEMA_VERSION, schemaVersion, tempDir, track, worldKinds, rejection } from './helpers';
 
 type Examples = { types: Record<string, { stream: 'run' | 'session'; valid: RunEventDraft; invalid: { draft: RunEventDraft; path: string } }> };
 const examples = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'run-event-examples.json'), 'utf8')) as Examples;
@@ -333,7 +333,7 @@ describe('no secrets in the log', () => {
 
 /** Insert a row the way a newer writer would, with a correct envelope, straight into the store. */
 function insertRaw(dataDir: string, runId: string, type: string, payload: Record<string, unknown>) {
-  const db = new Database(join(dataDir, 'events', 'events.db'));
+  const db = asWriter(new Database(join(dataDir, 'events', 'events.db')));
   const sequence = ((db.prepare('SELECT MAX(sequence) AS s FROM events WHERE run_id = ?').get(runId) as { s: number }).s ?? 0) + 1;
   const sha = (s: string) => createHash('sha256').update(s).digest('hex');
   const eventId = `evt_${sha(canonicalize({ runId, sequence, type, payload })).slice(0, 16)}`;
@@ -382,7 +382,33 @@ describe('budget estimates stored before schema 3', () => {
     expect((await rejection(releaseOf('exact2', max - 1))).message).toContain(`has only ${max - 2} committed`);
     await releaseOf('exact', max);
     await releaseOf('exact2', max - 2);
-    expect(schemaVersion(dataDir)).toBe(3);
+    expect(schemaVersion(dataDir)).toBe(SCHEMA_VERSION);
+  });
+
+  // A process of the version before kept the world open while a newer one upgraded it. It kept
+  // appending, without keeping the estimates it does not know: a release it had checked then
+  // was refused, or one it let through was accepted twice and the run's costs became unreadable.
+  it('are not left behind by a process of an earlier version that had the world open', async () => {
+    const dataDir = tempDir();
+    let world = localWorld({ dataDir });
+    await appendRunEvent(world, 'run_old', { type: 'run:started', workflowId: UUID, inputs: {}, executionMode: 'local' });
+    await world.close();
+    downgradeToSchema2(dataDir);
+    // The earlier version's writer, open before the upgrade, with its insert prepared.
+    const old = new Database(join(dataDir, 'events', 'events.db'));
+    const insert = old.prepare('INSERT INTO events (run_id, sequence, event_id, type, recorded_at, envelope) VALUES (?, ?, ?, ?, ?, ?)');
+    const row = (sequence: number) => ['run_old', sequence, `evt_${'0'.repeat(15)}${sequence}`, 'budget:estimate_committed', '2026-11-30T00:00:00.000Z', '{}'];
+    world = track(localWorld({ dataDir }));
+    await appendRunEvent(world, 'run_old', { type: 'budget:estimate_committed', model: 'm', estimateMicrocents: 5, cumulativeConservativeMicrocents: 5 });
+    expect(() => insert.run(...row(3))).toThrow(/no such function: little_world_writer/);
+    // Closed after the world: a second SQLite in this process closing last would delete the WAL.
+    await world.close();
+    old.close();
+    world = track(localWorld({ dataDir }));
+    expect((await listEvents(world, 'run_old')).map((e) => e.sequence)).toEqual([1, 2]);
+    // Still open for this version, with the estimate it recorded.
+    const err = await rejection(appendRunEvent(world, 'run_old', { type: 'budget:estimate_released', model: 'm', releasedMicrocents: 6, cumulativeConservativeMicrocents: 0 }));
+    expect(err.message).toContain('has only 5 committed and not released');
   });
 });
 

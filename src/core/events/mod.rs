@@ -196,7 +196,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
             unreachable!("validate_draft checked the type")
         };
         req.event_type = t;
-        terminal = terminal_of(&req.event_type, &payload);
+        terminal = run_events::terminal(stream, &req.event_type, &payload);
         estimate = estimate_of(&req.event_type, &payload, "event");
     } else if req.event_type.contains(':') && run_events::is_known_type(&req.event_type) {
         // A colon-namespaced type this build knows is held to the run-event vocabulary exactly as
@@ -205,7 +205,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         let checked =
             run_events::validate_event(Stream::Run, &req.event_type, &payload).map_err(|e| rebase(e, "event", &p));
         refused = deferred(keyed, checked).map_err(|e| e.for_run(run))?;
-        terminal = terminal_of(&req.event_type, &payload);
+        terminal = run_events::terminal(Stream::Run, &req.event_type, &payload);
         estimate = estimate_of(&req.event_type, &payload, "payload");
     }
     check_type(&req.event_type).map_err(|e| e.for_run(run))?;
@@ -315,15 +315,6 @@ fn fill_placeholder(text: &mut str, at: usize, placeholder: &str, with: &str) {
     );
     // SAFETY: ASCII bytes replace ASCII bytes, so `text` stays UTF-8.
     unsafe { text.as_bytes_mut()[at..at + with.len()].copy_from_slice(with.as_bytes()) };
-}
-
-/// The node a run-event terminal ends, or `""` for the end of the run (or session).
-fn terminal_of(t: &str, payload: &Map<String, Value>) -> Option<String> {
-    if run_events::is_run_terminal(t) || t == "session:cancelled" {
-        Some(String::new())
-    } else {
-        run_events::node_terminal(t, payload)
-    }
 }
 
 /// Re-root a validation error's path (`event.nodeId` → `payload.nodeId`).

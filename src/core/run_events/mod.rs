@@ -172,6 +172,35 @@ pub fn node_terminal(t: &str, draft: &Map<String, Value>) -> Option<String> {
     }
 }
 
+/// Every type that can end a stream or a node (see [`terminal`]).
+pub const TERMINAL_TYPES: &[&str] = &[
+    "run:completed",
+    "run:failed",
+    "run:cancelled",
+    "session:cancelled",
+    "node:completed",
+    "node:failed",
+    "node:skipped",
+];
+
+/// What an event of type `t` on `stream` ends: `""` for the stream itself (a run's end, or a
+/// session's cancellation), a node's id for a node terminal, `None` for anything else, including
+/// a type the stream does not carry and a node terminal without a non-empty `nodeId` (which an
+/// append refuses, and which an earlier version stored as a plain fact).
+pub fn terminal(stream: Stream, t: &str, fields: &Map<String, Value>) -> Option<String> {
+    let carried = match stream {
+        Stream::Run => is_run_type(t),
+        Stream::Session => is_session_type(t),
+    };
+    if !carried {
+        None
+    } else if is_run_terminal(t) || t == "session:cancelled" {
+        Some(String::new())
+    } else {
+        node_terminal(t, fields).filter(|node| !node.is_empty())
+    }
+}
+
 /// Parse one stored run/session event body for the tolerant display read: `Ok(None)` when `t` is
 /// a type this build does not know (a newer writer: drop the row); `Ok(Some(()))` when it
 /// validates; [`WorldError::EventLogCorrupt`] when the type is known and the body does not

@@ -1,12 +1,26 @@
 //! The SQLite schema, its version in `PRAGMA user_version`, and the migrations between versions.
 //!
-//! Each migration step runs in its own `IMMEDIATE` transaction and re-reads the version inside it,
-//! so two processes opening a fresh data directory at once migrate it exactly once. A database is
-//! recognised as a world by `PRAGMA application_id`; a foreign or newer database is refused with
-//! a clear error instead of being written to.
+//! An open brings the schema up to date in one `IMMEDIATE` transaction that re-reads the version
+//! inside it, so two processes opening a data directory at once migrate it exactly once, and a
+//! failed upgrade leaves the database at the version it had (a step at a time, a failure in a
+//! later step had left it at one no earlier build could open and this one could not finish). A
+//! database is recognised as a world by `PRAGMA application_id`; a foreign or newer database is
+//! refused with a clear error instead of being written to.
+//!
+//! Rows stored before a step are folded into its tables in Rust ([`backfill_terminals`],
+//! [`backfill_estimates`]), by the rules an append is held to: SQLite's JSON functions stop at
+//! 1,000 levels, one short of an envelope around a payload nested as deep as a payload may be.
+//!
+//! Since schema 4, every insert into `events` must come from a writer of this schema (see
+//! [`fence_writer`]): a process of an earlier version that already had the world open when it was
+//! upgraded would otherwise go on appending without keeping the tables it does not know.
 
+use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
+use crate::core::run_events::{self, stored::stream_of};
+use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, TransactionBehavior};
+use serde_json::{Map, Value};
 
 /// `application_id` of a world's `events.db` ("LWWD").
 pub const APPLICATION_ID: i32 = 0x4C57_5744;
@@ -29,24 +43,15 @@ const MIGRATIONS: &[&str] = &[
         ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL;",
     // 2: the terminal events of run-event streams, one row per ended run (node_id '') or node, so
     // an append can refuse what follows a run's end, or a node's second terminal, without a
-    // scan. The primary key is the backstop. Rows stored before this version are backfilled.
+    // scan. The primary key is the backstop. Rows stored before this version are backfilled by
+    // [`backfill_terminals`].
     "CREATE TABLE terminals (
         run_id   TEXT    NOT NULL,
         node_id  TEXT    NOT NULL,
         sequence INTEGER NOT NULL,
         type     TEXT    NOT NULL,
         PRIMARY KEY (run_id, node_id)
-    ) WITHOUT ROWID;
-    INSERT OR IGNORE INTO terminals (run_id, node_id, sequence, type)
-        SELECT run_id,
-               CASE WHEN type IN ('run:completed', 'run:failed', 'run:cancelled', 'session:cancelled') THEN ''
-                    ELSE json_extract(envelope, '$.payload.nodeId') END,
-               sequence, type
-        FROM events
-        WHERE type IN ('run:completed', 'run:failed', 'run:cancelled', 'session:cancelled')
-           OR (type IN ('node:completed', 'node:failed', 'node:skipped')
-               AND json_type(envelope, '$.payload.nodeId') = 'text')
-        ORDER BY run_id, sequence;",
+    ) WITHOUT ROWID;",
     // 3: what each stream has committed and not released of each model's budget estimates (seed
     // 004, ADR-0074), so an append can refuse a release of more than that, which the cost restore
     // would read as a damaged log, without a scan. Only the open amount is kept: the checks keep it
@@ -58,6 +63,14 @@ const MIGRATIONS: &[&str] = &[
         open   INTEGER NOT NULL,
         PRIMARY KEY (run_id, model)
     ) WITHOUT ROWID;",
+    // 4: only writers of this schema append (see `fence_writer`). An earlier version's process
+    // has no such function, so its insert fails to prepare and stores nothing; a later version
+    // replaces the trigger with its own number, and this one's writers get the message.
+    "CREATE TRIGGER events_writer BEFORE INSERT ON events
+     WHEN NOT little_world_writer(4)
+     BEGIN
+        SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
+     END;",
 ];
 
 /// The schema version this build writes.
@@ -99,57 +112,113 @@ pub fn check(conn: &Connection, db_path: &str) -> Result<i32> {
     Ok(version)
 }
 
-/// Check that `conn` is a world (or empty) and bring its schema up to [`SCHEMA_VERSION`].
+/// Make `conn` a writer of this schema: the function [`MIGRATIONS`]' trigger asks whether the
+/// inserting connection's schema is the world's. Called on the writer's connection before it
+/// migrates or appends.
+pub fn fence_writer(conn: &Connection) -> Result<()> {
+    conn.create_scalar_function(
+        "little_world_writer",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC | FunctionFlags::SQLITE_INNOCUOUS,
+        |ctx| Ok(ctx.get::<i64>(0)? == i64::from(SCHEMA_VERSION)),
+    )
+    .map_err(|e| WorldError::sqlite("registering the writer's schema", e))
+}
+
+/// Check that `conn` is a world (or empty) and bring its schema up to [`SCHEMA_VERSION`], in one
+/// transaction.
 pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
-    let version = check(conn, db_path)?;
-    for (step, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+    if check(conn, db_path)? == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| WorldError::sqlite("starting a migration", e))?;
+    // Again inside the transaction: another process may have migrated meanwhile (then the
+    // transaction rolls back on drop), or a newer one upgraded it further.
+    let current = check(&tx, db_path)?;
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip(current.max(0) as usize) {
         let target = step as i32 + 1;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| WorldError::sqlite("starting a migration", e))?;
-        let current: i32 = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| WorldError::sqlite("reading PRAGMA user_version", e))?;
-        if current >= target {
-            continue; // another process migrated meanwhile; the transaction rolls back on drop
-        }
         tx.execute_batch(sql)
-            .and_then(|()| if target == 3 { backfill_estimates(&tx) } else { Ok(()) })
+            .and_then(|()| match target {
+                2 => backfill_terminals(&tx),
+                3 => backfill_estimates(&tx),
+                _ => Ok(()),
+            })
             .map_err(|e| WorldError::sqlite(format!("migrating to schema {target}"), e))?;
+    }
+    if current < SCHEMA_VERSION {
         tx.pragma_update(None, "application_id", APPLICATION_ID)
-            .and_then(|_| tx.pragma_update(None, "user_version", target))
+            .and_then(|_| tx.pragma_update(None, "user_version", SCHEMA_VERSION))
             .map_err(|e| WorldError::sqlite("recording the schema version", e))?;
         tx.commit()
-            .map_err(|e| WorldError::sqlite(format!("committing schema {target}"), e))?;
+            .map_err(|e| WorldError::sqlite(format!("committing schema {SCHEMA_VERSION}"), e))?;
     }
     Ok(())
+}
+
+/// The stored rows of the given types, in stream and sequence order, each with its payload
+/// (parsed in Rust, as deep as an append accepted it). A row whose envelope does not parse is
+/// left out: the reads report it.
+fn stored_rows(
+    conn: &Connection,
+    types: &[&str],
+    mut each: impl FnMut(String, u64, String, Map<String, Value>) -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let marks = vec!["?"; types.len()].join(", ");
+    let mut rows = conn.prepare(&format!(
+        "SELECT run_id, sequence, type, envelope FROM events WHERE type IN ({marks}) ORDER BY run_id, sequence"
+    ))?;
+    let mut cursor = rows.query(rusqlite::params_from_iter(types))?;
+    while let Some(row) = cursor.next()? {
+        let envelope: String = row.get(3)?;
+        let Ok(Value::Object(mut envelope)) = canonical::parse_around(&envelope, 1) else {
+            continue;
+        };
+        let Some(Value::Object(payload)) = envelope.remove("payload") else {
+            continue;
+        };
+        each(row.get(0)?, row.get::<_, i64>(1)? as u64, row.get(2)?, payload)?;
+    }
+    Ok(())
+}
+
+/// Fill `terminals` from the rows already stored: a stream's first end and each node's first
+/// terminal, by the rules an append is held to ([`run_events::terminal`]). A row an earlier
+/// version stored as a plain fact that those rules refuse (a `node:completed` without a
+/// `nodeId`, a `session:cancelled` in a run) ends nothing: taken for the run's end, it refused
+/// every later append to a run that reads as running.
+fn backfill_terminals(conn: &Connection) -> rusqlite::Result<()> {
+    let mut insert =
+        conn.prepare("INSERT OR IGNORE INTO terminals (run_id, node_id, sequence, type) VALUES (?1, ?2, ?3, ?4)")?;
+    stored_rows(conn, run_events::TERMINAL_TYPES, |run, sequence, t, payload| {
+        if let Some(node) = run_events::terminal(stream_of(&run), &t, &payload) {
+            insert.execute(rusqlite::params![run, node, sequence as i64, t])?;
+        }
+        Ok(())
+    })
 }
 
 /// Fill `estimates` from the budget-estimate rows already stored: each stream's and model's
 /// commitments less its releases, summed exactly (gross sums can pass what an i64, or a double
 /// exactly, holds), and clamped to 0 ..= 2^53 - 1 (a legacy over-release leaves nothing open).
 fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
-    use crate::core::run_events;
     let mut open: std::collections::BTreeMap<(String, String), i128> = Default::default();
-    let mut rows = conn.prepare(
-        "SELECT run_id, type, json_extract(envelope, '$.payload') FROM events
-         WHERE type IN ('budget:estimate_committed', 'budget:estimate_released')",
+    stored_rows(
+        conn,
+        &["budget:estimate_committed", "budget:estimate_released"],
+        |run, _, t, fields| {
+            if let Some((model, _, amount, released)) = run_events::estimate_of(&t, &fields) {
+                let delta = if released {
+                    -i128::from(amount)
+                } else {
+                    i128::from(amount)
+                };
+                *open.entry((run, model.to_string())).or_default() += delta;
+            }
+            Ok(())
+        },
     )?;
-    let mut cursor = rows.query([])?;
-    while let Some(row) = cursor.next()? {
-        let (t, payload): (String, String) = (row.get(1)?, row.get(2)?);
-        let Ok(serde_json::Value::Object(fields)) = crate::core::canonical::parse(&payload) else {
-            continue;
-        };
-        if let Some((model, _, amount, released)) = run_events::estimate_of(&t, &fields) {
-            let delta = if released {
-                -i128::from(amount)
-            } else {
-                i128::from(amount)
-            };
-            *open.entry((row.get(0)?, model.to_string())).or_default() += delta;
-        }
-    }
     let max = crate::core::events::known::MAX_SAFE_INTEGER as i128;
     let mut insert = conn.prepare("INSERT INTO estimates (run_id, model, open) VALUES (?1, ?2, ?3)")?;
     for ((run, model), sum) in open {
@@ -165,6 +234,133 @@ mod tests {
     fn pragma_i32(conn: &Connection, name: &str) -> Result<i32> {
         conn.pragma_query_value(None, name, |r| r.get(0))
             .map_err(|e| WorldError::sqlite(format!("reading PRAGMA {name}"), e))
+    }
+
+    /// A database at schema 1, as that version left it, holding `rows` (stream, type, payload).
+    fn schema_1_world(rows: &[(&str, &str, String)]) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        for (i, (run, t, payload)) in rows.iter().enumerate() {
+            let sequence = i as i64 + 1;
+            let envelope = format!(
+                r#"{{"eventId":"evt_{sequence:016x}","payload":{payload},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"{run}","sequence":{sequence},"type":"{t}"}}"#
+            );
+            conn.execute(
+                "INSERT INTO events (run_id, sequence, event_id, type, recorded_at, envelope) VALUES (?1, ?2, ?3, ?4, '2026-01-01T00:00:00.000Z', ?5)",
+                rusqlite::params![run, sequence, format!("evt_{sequence:016x}"), t, envelope],
+            )
+            .unwrap();
+        }
+        conn
+    }
+
+    fn rows(conn: &Connection, sql: &str) -> Vec<String> {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let mut cursor = stmt.query([]).unwrap();
+        let mut out = Vec::new();
+        while let Some(row) = cursor.next().unwrap() {
+            let cols = (0..row.as_ref().column_count()).map(|i| match row.get_ref(i).unwrap() {
+                rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                rusqlite::types::ValueRef::Integer(n) => n.to_string(),
+                other => format!("{other:?}"),
+            });
+            out.push(cols.collect::<Vec<_>>().join(" "));
+        }
+        out
+    }
+
+    #[test]
+    fn stored_rows_are_backfilled_by_the_rules_of_an_append_however_deep() {
+        // Payloads nested to the 1,000 levels an append accepts (the envelope around them is one
+        // deeper, past what SQLite's JSON functions read), and rows an earlier version stored as
+        // plain facts that an append now refuses: neither may end a run.
+        let deep = format!("{}{}", "[".repeat(999), "]".repeat(999));
+        let mut conn = schema_1_world(&[
+            (
+                "run_deep",
+                "node:completed",
+                format!(r#"{{"nodeId":"n1","output":{deep}}}"#),
+            ),
+            (
+                "run_deep",
+                "budget:estimate_committed",
+                format!(r#"{{"estimateMicrocents":500,"extra":{deep},"model":"m"}}"#),
+            ),
+            (
+                "run_deep",
+                "budget:estimate_released",
+                r#"{"model":"m","releasedMicrocents":200}"#.into(),
+            ),
+            ("run_misfiled", "node:completed", r#"{"nodeId":""}"#.into()),
+            ("run_misfiled", "node:failed", r#"{"nodeId":7}"#.into()),
+            ("run_misfiled", "session:cancelled", "{}".into()),
+            ("run_ended", "run:completed", "{}".into()),
+            ("run_ended", "run:failed", "{}".into()),
+            ("ses_s", "session:cancelled", "{}".into()),
+            ("ses_s", "node:completed", r#"{"nodeId":"n2"}"#.into()),
+        ]);
+        migrate(&mut conn, "x").unwrap();
+        assert_eq!(pragma_i32(&conn, "user_version").unwrap(), SCHEMA_VERSION);
+        assert_eq!(
+            rows(
+                &conn,
+                "SELECT run_id, node_id, sequence, type FROM terminals ORDER BY run_id, node_id"
+            ),
+            [
+                "run_deep n1 1 node:completed",
+                "run_ended  7 run:completed",
+                "ses_s  9 session:cancelled"
+            ]
+        );
+        assert_eq!(
+            rows(&conn, "SELECT run_id, model, open FROM estimates"),
+            ["run_deep m 300"]
+        );
+    }
+
+    #[test]
+    fn an_upgrade_that_fails_leaves_the_version_it_found() {
+        // A step after the first fails (a table of that name is there already): the whole
+        // upgrade is undone, not left at a version between.
+        let mut conn = schema_1_world(&[("run_a", "run:completed", "{}".into())]);
+        conn.execute_batch("CREATE TABLE estimates (x INTEGER)").unwrap();
+        let err = migrate(&mut conn, "x").unwrap_err();
+        assert!(err.to_string().contains("migrating to schema 3"), "{err}");
+        assert_eq!(pragma_i32(&conn, "user_version").unwrap(), 1);
+        assert!(rows(&conn, "SELECT name FROM sqlite_schema WHERE name = 'terminals'").is_empty());
+    }
+
+    #[test]
+    fn only_a_writer_of_this_schema_appends() {
+        let insert = |conn: &Connection| {
+            conn.execute(
+                "INSERT INTO events (run_id, sequence, event_id, type, recorded_at, envelope) VALUES ('run_a', 1, 'evt_0', 'T', '', '{}')",
+                [],
+            )
+        };
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn, "x").unwrap();
+        // A process of an earlier version, which had the world open when it was upgraded.
+        let err = insert(&conn).unwrap_err();
+        assert!(
+            err.to_string().contains("no such function: little_world_writer"),
+            "{err}"
+        );
+        // A writer of a schema the world has moved past (as this one's will be by the next).
+        conn.create_scalar_function("little_world_writer", 1, FunctionFlags::SQLITE_UTF8, |_| Ok(false))
+            .unwrap();
+        let err = insert(&conn).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("upgraded by a newer version of @little-workflow/world"),
+            "{err}"
+        );
+        assert!(rows(&conn, "SELECT * FROM events").is_empty());
+        fence_writer(&conn).unwrap();
+        insert(&conn).unwrap();
+        assert_eq!(rows(&conn, "SELECT count(*) FROM events"), ["1"]);
     }
 
     #[test]

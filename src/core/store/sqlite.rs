@@ -62,6 +62,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
 fn prepare_writer(conn: &mut Connection, path: &Path, durability: Durability) -> Result<Option<Checkpointer>> {
     let shown = path.display().to_string();
     schema::check(conn, &shown)?;
+    schema::fence_writer(conn)?;
     let mode = enable_wal(conn)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(WorldError::Path {
