@@ -64,9 +64,10 @@ export declare class NativeWorld {
   /**
    * Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the
    * table holds, per row, the sequence and where each piece of the row starts in its text
-   * (little-endian f64s).
+   * (little-endian f64s). With `maxUnits`, whole rows up to the first that takes the text to that
+   * many UTF-16 code units (at least one row).
    */
-  listPacked(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null): Promise<Array<string | Buffer>>
+  listPacked(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null, maxUnits?: number | undefined | null): Promise<Array<string | Buffer>>
   /** Stop accepting work; resolves once every queued append has committed. */
   close(): Promise<void>
 }

@@ -601,11 +601,22 @@ export async function listEvents(world: World, runId: string, opts?: ListEventsO
       invalid(name, 'must be a non-negative safe integer', runId);
     }
   }
-  const parts = (await call(() => handle.listPacked(runId, o.afterSequence, o.limit))) as unknown as (string | Buffer)[];
-  if (parts.length === 2) return Object.freeze(unpack(runId, parts[0] as string, parts[1] as Buffer));
+  return (await listPacked(handle, runId, o.afterSequence, o.limit)).events;
+}
+
+/**
+ * A run's envelopes after `after` (at most `limit`), with the length of the text they were cut
+ * from. Given `maxUnits`, the listing ends with the first event that takes that text to
+ * `maxUnits` (at least one event): one whose text is shorter holds every event there was.
+ */
+async function listPacked(handle: NativeWorld, runId: string, after?: number, limit?: number, maxUnits?: number): Promise<{ events: readonly EventEnvelope[]; units: number }> {
+  const parts = (await call(() => handle.listPacked(runId, after, limit, maxUnits))) as unknown as (string | Buffer)[];
+  let units = 0;
+  for (let i = 0; i < parts.length; i += 2) units += (parts[i] as string).length;
+  if (parts.length === 2) return { events: Object.freeze(unpack(runId, parts[0] as string, parts[1] as Buffer)), units };
   const all: EventEnvelope[] = [];
   for (let i = 0; i < parts.length; i += 2) for (const e of unpack(runId, parts[i] as string, parts[i + 1] as Buffer)) all.push(e);
-  return Object.freeze(all);
+  return { events: Object.freeze(all), units };
 }
 
 /** Envelopes at least this long (in UTF-16 units) come back from an append with a lazy payload. */
@@ -1203,8 +1214,13 @@ function watchForOtherWriters(world: World): () => void {
   };
 }
 
-/** Events fetched per read; a slow consumer holds at most this many. */
+/**
+ * Events fetched per read, and about how much text (in UTF-16 code units: whole events, at least
+ * one): a slow consumer holds at most one page. By count alone, a page of a run of 4 MB model
+ * calls held 1 GB, for each subscriber (each client of `little serve`).
+ */
 const SUBSCRIBE_PAGE = 256;
+const SUBSCRIBE_PAGE_UNITS = 4 << 20;
 
 /** Options of {@link subscribe}. */
 export interface SubscribeOptions {
@@ -1341,9 +1357,9 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
         if (this.finished) return DONE;
         this.woken = false;
         this.readOnce = true;
-        let page: readonly EventEnvelope[];
+        let page: { events: readonly EventEnvelope[]; units: number };
         try {
-          page = await listEvents(this.world, this.streamId, { afterSequence: this.after, limit: SUBSCRIBE_PAGE });
+          page = await listPacked(nativeOf(this.world), this.streamId, this.after, SUBSCRIBE_PAGE, SUBSCRIBE_PAGE_UNITS);
         } catch (err) {
           if (err instanceof WorldClosedError) {
             this.finish();
@@ -1351,8 +1367,9 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
           }
           throw err;
         }
-        this.lastPageFull = page.length === SUBSCRIBE_PAGE;
-        if (!this.finished) this.page = [...page];
+        // A page ended by its size may be followed by more at once, as a full one may.
+        this.lastPageFull = page.events.length === SUBSCRIBE_PAGE || page.units >= SUBSCRIBE_PAGE_UNITS;
+        if (!this.finished) this.page = [...page.events];
       }
     } catch (err) {
       this.finish();

@@ -1,15 +1,15 @@
 // The inspector page in headless Chromium (Debian's chromium, driven by playwright-core): it shows
 // a run, shows an appended event without a reload, and a screenshot of a priced run is saved to
 // __test__/artifacts/ as a test artifact.
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as lib from '@little-workflow/world';
 import { appendEvent, localWorld, type World } from '@little-workflow/world';
 import { createServer } from '../server/serve.js';
-import { tempDir } from './helpers';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const ARTIFACTS = join(__dirname, 'artifacts');
@@ -18,6 +18,9 @@ let browser: Browser;
 let world: World;
 let server: ReturnType<typeof createServer>;
 let base: string;
+// The suite's one world, in a directory of its own: a test's temporary directories are removed
+// after each test.
+const dataDir = mkdtempSync(join(tmpdir(), 'little-inspector-test-'));
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`Chromium is not installed at ${CHROMIUM} (.ci/run installs Debian's chromium)`);
@@ -25,7 +28,7 @@ beforeAll(async () => {
     executablePath: CHROMIUM,
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
-  world = localWorld({ dataDir: tempDir() });
+  world = localWorld({ dataDir });
   server = createServer(lib, world);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -37,6 +40,7 @@ afterAll(async () => {
   server?.closeAllConnections();
   await new Promise((r) => server?.close(r));
   await world?.close();
+  rmSync(dataDir, { recursive: true, force: true });
 });
 
 async function pricedRun(runId: string) {
@@ -98,6 +102,34 @@ describe('the inspector page', () => {
       const shot = join(ARTIFACTS, 'inspector-priced-run.png');
       await page.screenshot({ path: shot, fullPage: true });
       expect(existsSync(shot)).toBe(true);
+    } finally {
+      await page.close();
+    }
+  });
+
+  // The stream names each event by its type, and EventSource hands an event named `error` to its
+  // error handler too: the page took each such fact for a dropped connection and reconnected,
+  // with a backoff that doubled each time.
+  it('shows an event of type error as an event, without reconnecting', async () => {
+    // One in the backlog, so that the page knows the type before the live ones come.
+    await appendEvent(world, 'run_errors', { type: 'RunStarted', payload: {} });
+    await appendEvent(world, 'run_errors', { type: 'error', payload: { message: 'failure 2' } });
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${base}/#run_errors`);
+      await page.waitForSelector('#timeline [data-seq="2"]');
+      await page.waitForFunction(() => document.querySelector('#live-indicator')?.textContent?.includes('live'));
+      await page.evaluate(() => {
+        const seen: string[] = [];
+        (window as unknown as { liveSeen: string[] }).liveSeen = seen;
+        const n = document.querySelector('#live-indicator') as Element;
+        new MutationObserver(() => seen.push(n.textContent ?? '')).observe(n, { childList: true, characterData: true, subtree: true });
+      });
+      for (let seq = 3; seq <= 5; seq++) {
+        await appendEvent(world, 'run_errors', { type: 'error', payload: { message: `failure ${seq}` } });
+        await page.waitForSelector(`#timeline [data-seq="${seq}"]`, { timeout: 10_000 });
+      }
+      expect(await page.evaluate(() => (window as unknown as { liveSeen: string[] }).liveSeen.filter((t) => !t.includes('live')))).toEqual([]);
     } finally {
       await page.close();
     }

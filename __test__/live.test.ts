@@ -1,5 +1,5 @@
 // Watching a run live: subscribe (in one process and across processes) and Server-Sent Events.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
@@ -76,6 +76,52 @@ describe('subscribe', () => {
       vi.useRealTimers();
     }
   }, 15_000);
+
+  // A page is at most 256 events and about 4 MB of them: by count alone, a run of 4 MB events
+  // held a gigabyte per subscriber. A page ended by its size is followed by the next at once.
+  it('reads a run of large events a few at a time, page after page, without waiting between pages', async () => {
+    for (const world of [track(virtualWorld()), track(localWorld({ dataDir: tempDir() }))]) {
+      const big = 'x'.repeat(1 << 20);
+      for (let i = 1; i <= 12; i++) await appendEvent(world, 'run_big', { type: 'StepStarted', payload: { stepPath: `s${i}`, big } });
+      // With the poll's timer held back (and no commit to wake it), a subscriber that waited
+      // after a page would wait for ever.
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+      try {
+        const it = subscribe(world, 'run_big')[Symbol.asyncIterator]();
+        expect((await take(it, 12)).map((e) => e.sequence)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        await it.return?.();
+      } finally {
+        vi.useRealTimers();
+      }
+    }
+  }, 30_000);
+
+  it('holds about 4 MB of a run of large events while its consumer waits, not a page of 256', async () => {
+    const dataDir = tempDir();
+    const world = localWorld({ dataDir, durability: 'normal' });
+    const big = 'x'.repeat(2 << 20);
+    for (let i = 1; i <= 100; i++) await appendEvent(world, 'run_big', { type: 'StepStarted', payload: { stepPath: `s${i}`, big } });
+    await world.close();
+    // In a process of its own, whose memory this test's appends did not grow.
+    const script = `
+      const { localWorld, subscribe } = require('@little-workflow/world');
+      (async () => {
+        const world = localWorld({ dataDir: process.argv[1], readOnly: true });
+        const it = subscribe(world, 'run_big');
+        const before = process.memoryUsage.rss();
+        const first = await it.next();
+        const grown = process.memoryUsage.rss() - before;
+        await it.return();
+        await world.close();
+        console.log(JSON.stringify({ sequence: first.value.sequence, grownMB: grown / 2 ** 20 }));
+      })();`;
+    const r = spawnSync(process.execPath, ['-e', script, dataDir], { cwd: packageRoot, encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+    const { sequence, grownMB } = JSON.parse(r.stdout) as { sequence: number; grownMB: number };
+    expect(sequence).toBe(1);
+    // Two or three events of 2 MB, and their copies on the way: a page of all 100 was 200 MB.
+    expect(grownMB).toBeLessThan(64);
+  }, 60_000);
 
   it('ends at return() even while a next() waits for an event, which then resolves as done', async () => {
     const world = track(virtualWorld());

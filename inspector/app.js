@@ -357,7 +357,9 @@
       this.esOpenedAt = 0;
       this.backoff = 500;
       this.reconnectTimer = 0;
-      this.onMessage = (e) => this.onSse(e);
+      // An event of type `error` arrives as a MessageEvent named "error", as the EventSource's own
+      // errors do (plain Events, with no data): each goes to its own handler.
+      this.onMessage = (e) => { if (e instanceof MessageEvent) this.onSse(e); };
       // State
       this.state = null;
       this.stateCtrl = null;
@@ -418,8 +420,8 @@
         this.esOpenedAt = Date.now();
         setLive('live');
       };
-      es.onerror = () => {
-        if (this.es !== es) return;
+      es.onerror = (e) => {
+        if (this.es !== es || e instanceof MessageEvent) return;
         // We reconnect ourselves (with backoff, a /state resync, and ?after= the last contiguous
         // sequence) rather than letting EventSource retry from its own Last-Event-ID.
         this.closeStream();

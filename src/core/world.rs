@@ -425,14 +425,25 @@ impl World {
         submit.to_prep(PrepMsg::Append(ticket, req))
     }
 
-    /// Committed envelopes of `run_id` after `after` (at most `limit`), packed for JavaScript:
-    /// completes with `[text, table, text, table, ...]`, one pair per part (see [`events::packed`]).
-    pub fn list_packed(&self, ticket: Ticket, run_id: String, after: u64, limit: Option<u64>) -> Result<()> {
+    /// Committed envelopes of `run_id` after `after` (at most `limit`, and with `max_units` about
+    /// that many UTF-16 code units of text: see [`events::packed::list_packed_within`]), packed for JavaScript: completes with `[text, table, text, table,
+    /// ...]`, one pair per part (see [`events::packed`]).
+    pub fn list_packed(
+        &self,
+        ticket: Ticket,
+        run_id: String,
+        after: u64,
+        limit: Option<u64>,
+        max_units: Option<usize>,
+    ) -> Result<()> {
         self.ensure_open()?;
         ids::check_stream_id(&run_id)?;
         let reader = self.inner.reader.clone();
         self.run(ticket, move || {
-            let parts = events::packed::list_packed_parallel(&*reader, &run_id, after, limit)?;
+            let parts = match max_units {
+                Some(max) => events::packed::list_packed_within(&*reader, &run_id, after, limit, max)?,
+                None => events::packed::list_packed_parallel(&*reader, &run_id, after, limit)?,
+            };
             Ok(Output::List(
                 parts
                     .into_iter()

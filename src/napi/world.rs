@@ -286,7 +286,8 @@ impl NativeWorld {
 
     /// Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the
     /// table holds, per row, the sequence and where each piece of the row starts in its text
-    /// (little-endian f64s).
+    /// (little-endian f64s). With `maxUnits`, whole rows up to the first that takes the text to that
+    /// many UTF-16 code units (at least one row).
     #[napi(ts_return_type = "Promise<Array<string | Buffer>>")]
     pub fn list_packed(
         &self,
@@ -294,11 +295,13 @@ impl NativeWorld {
         run_id: String,
         after_sequence: Option<f64>,
         limit: Option<f64>,
+        max_units: Option<f64>,
     ) -> napi::Result<RawValue> {
         self.submit(&env, |t| {
             let after = count_arg("afterSequence", after_sequence)?.unwrap_or(0);
             let limit = count_arg("limit", limit)?;
-            self.world.list_packed(t, run_id, after, limit)
+            let max_units = count_arg("maxUnits", max_units)?.map(|u| u as usize);
+            self.world.list_packed(t, run_id, after, limit, max_units)
         })
     }
 

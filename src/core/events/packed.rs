@@ -71,16 +71,75 @@ fn list_packed_in_parts(
     limit: Option<u64>,
     part_max: usize,
 ) -> Result<Vec<Packed>> {
-    // Room for a typical row, so the text is not copied as it grows.
-    let expected = limit.unwrap_or(1024).min(1 << 20) as usize;
-    let mut parts = Vec::new();
-    let mut text = String::with_capacity(expected * 320);
-    let mut table = Vec::with_capacity(expected * STRIDE);
-    // Where the next piece starts in this part's text, in UTF-16 code units.
-    let mut at = 0usize;
-    let mut scratch = Vec::with_capacity(256);
-    reader.rows(run_id, after, limit, &mut |row| {
-        let payload = payload_slice(&row, &mut scratch).ok_or_else(|| WorldError::EventLogCorrupt {
+    let mut packer = Packer::new(limit, part_max);
+    reader.rows(run_id, after, limit, &mut |row| packer.push(&row))?;
+    Ok(packer.finish())
+}
+
+/// [`list_packed`] of about `max_units` UTF-16 code units of text (the length of the parts' text
+/// in JavaScript): whole rows, at least one, ending with the first row that reaches it, so a
+/// listing with at least `max_units` of text may have more rows after it. Read in chunks of rows
+/// that double from one, so what is read past the budget is at most what was read before it,
+/// however large the rows: a live tail of a run of large events would otherwise hold a whole
+/// page of them.
+pub fn list_packed_within(
+    reader: &dyn LogReader,
+    run_id: &str,
+    after: u64,
+    limit: Option<u64>,
+    max_units: usize,
+) -> Result<Vec<Packed>> {
+    let mut packer = Packer::new(Some(limit.unwrap_or(64).min(64)), PART_MAX);
+    let (mut after, mut left, mut chunk) = (after, limit, 1u64);
+    loop {
+        let take = left.map_or(chunk, |l| l.min(chunk));
+        let mut read = 0;
+        reader.rows(run_id, after, Some(take), &mut |row| {
+            if packer.units >= max_units {
+                return Ok(()); // the rest of a chunk past the budget is left for the next page
+            }
+            after = row.sequence;
+            read += 1;
+            packer.push(&row)
+        })?;
+        left = left.map(|l| l - read);
+        if read < take || packer.units >= max_units || left == Some(0) {
+            return Ok(packer.finish());
+        }
+        chunk = chunk.saturating_mul(2);
+    }
+}
+
+/// Packs rows into parts of at most `part_max` code units of text each.
+struct Packer {
+    parts: Vec<Packed>,
+    text: String,
+    table: Vec<f64>,
+    /// Where the next piece starts in this part's text, in UTF-16 code units.
+    at: usize,
+    /// The text of all parts, in UTF-16 code units.
+    units: usize,
+    scratch: Vec<u8>,
+    part_max: usize,
+}
+
+impl Packer {
+    fn new(limit: Option<u64>, part_max: usize) -> Packer {
+        // Room for a typical row, so the text is not copied as it grows.
+        let expected = limit.unwrap_or(1024).min(1 << 20) as usize;
+        Packer {
+            parts: Vec::new(),
+            text: String::with_capacity(expected * 320),
+            table: Vec::with_capacity(expected * STRIDE),
+            at: 0,
+            units: 0,
+            scratch: Vec::with_capacity(256),
+            part_max,
+        }
+    }
+
+    fn push(&mut self, row: &RowRef<'_>) -> Result<()> {
+        let payload = payload_slice(row, &mut self.scratch).ok_or_else(|| WorldError::EventLogCorrupt {
             run_id: Some(row.run_id.to_string()),
             sequence: Some(row.sequence),
             reason: "the stored envelope is not in canonical form".into(),
@@ -94,24 +153,31 @@ fn list_packed_in_parts(
             payload,
         ];
         let lens = pieces.map(utf16_len);
-        if at > 0 && at + lens.iter().sum::<usize>() > part_max {
-            parts.push(Packed {
-                text: std::mem::take(&mut text),
-                table: std::mem::take(&mut table),
+        if self.at > 0 && self.at + lens.iter().sum::<usize>() > self.part_max {
+            self.parts.push(Packed {
+                text: std::mem::take(&mut self.text),
+                table: std::mem::take(&mut self.table),
             });
-            at = 0;
+            self.at = 0;
         }
-        table.push(row.sequence as f64);
+        self.table.push(row.sequence as f64);
         for (piece, len) in pieces.into_iter().zip(lens) {
-            table.push(at as f64);
-            text.push_str(piece);
-            at += len;
+            self.table.push(self.at as f64);
+            self.text.push_str(piece);
+            self.at += len;
         }
-        table.push(at as f64);
+        self.table.push(self.at as f64);
+        self.units += lens.iter().sum::<usize>();
         Ok(())
-    })?;
-    parts.push(Packed { text, table });
-    Ok(parts)
+    }
+
+    fn finish(mut self) -> Vec<Packed> {
+        self.parts.push(Packed {
+            text: self.text,
+            table: self.table,
+        });
+        self.parts
+    }
 }
 
 /// Rows per part above which a listing is read by two threads at once.
@@ -240,5 +306,66 @@ mod tests {
         let split: Vec<_> = parts.iter().flat_map(pieces).collect();
         assert_eq!(split, pieces(&whole[0]));
         assert_eq!(split.len(), 10);
+    }
+
+    #[test]
+    fn a_listing_within_a_budget_ends_with_the_row_that_reaches_it() {
+        use crate::core::store::{memory::MemoryLog, LogWriter};
+        let mut log = MemoryLog::new();
+        // Rows whose payloads are 10, 20, ... 200 characters long.
+        let envelopes: Vec<String> = (1..=20u64)
+            .map(|s| {
+                format!(
+                    r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"run_w","sequence":{s},"type":"t"}}"#,
+                    "x".repeat(s as usize * 10 - 8)
+                )
+            })
+            .collect();
+        log.transaction(&mut |tx| {
+            for (i, envelope) in envelopes.iter().enumerate() {
+                tx.insert(&RowRef {
+                    run_id: "run_w",
+                    sequence: i as u64 + 1,
+                    event_id: &format!("evt_{:016}", i + 1),
+                    event_type: "t",
+                    key: None,
+                    digest: None,
+                    recorded_at: "2026-01-01T00:00:00.000Z",
+                    envelope,
+                })?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        // Per row: the event id (20), recordedAt (24), type (1) and payload (10 * sequence).
+        let text = |s: u64| 45 + 10 * s as usize;
+        let listed = |after: u64, limit: Option<u64>, max: usize| -> (Vec<f64>, usize) {
+            let parts = list_packed_within(&log, "run_w", after, limit, max).unwrap();
+            assert_eq!(parts.len(), 1);
+            let units = utf16_len(&parts[0].text);
+            (parts[0].table.chunks(STRIDE).map(|r| r[0]).collect(), units)
+        };
+        // 55 + 65 + 75 = 195 units reach 150 at the third row.
+        assert_eq!(listed(0, None, 150), (vec![1.0, 2.0, 3.0], 195));
+        assert_eq!(listed(0, None, 195), (vec![1.0, 2.0, 3.0], 195));
+        assert_eq!(listed(0, None, 196).0, vec![1.0, 2.0, 3.0, 4.0]);
+        // At least one row, however small the budget; from where the caller is.
+        assert_eq!(listed(0, None, 1), (vec![1.0], text(1)));
+        assert_eq!(listed(17, None, 1), (vec![18.0], text(18)));
+        // The limit holds; everything there is comes back shorter than a budget it does not reach.
+        assert_eq!(listed(0, Some(2), 1 << 20).0, vec![1.0, 2.0]);
+        let (all, units) = listed(5, None, 1 << 20);
+        assert_eq!(all, (6..=20).map(|s| s as f64).collect::<Vec<_>>());
+        assert_eq!(units, (6..=20).map(text).sum::<usize>());
+        assert!(units < 1 << 20);
+        // The same rows as the whole listing's, in order, page after page.
+        let mut after = 0;
+        let mut seen = Vec::new();
+        while after < 20 {
+            let (rows, _) = listed(after, Some(7), 300);
+            after = *rows.last().unwrap() as u64;
+            seen.extend(rows);
+        }
+        assert_eq!(seen, (1..=20).map(|s| s as f64).collect::<Vec<_>>());
     }
 }
