@@ -1222,6 +1222,31 @@ function watchForOtherWriters(world: World): () => void {
 const SUBSCRIBE_PAGE = 256;
 const SUBSCRIBE_PAGE_UNITS = 4 << 20;
 
+/** What each AbortSignal given to subscriptions ends, through one listener per signal. */
+const aborters = new WeakMap<AbortSignal, Set<() => void>>();
+
+/**
+ * Call `f` when `signal` aborts, until the returned function is called. One listener per signal,
+ * however many subscriptions share it: a listener each made Node warn of a leak
+ * (`MaxListenersExceededWarning`) at the eleventh.
+ */
+function whenAborted(signal: AbortSignal, f: () => void): () => void {
+  let set = aborters.get(signal);
+  if (set === undefined) {
+    const fs = (set = new Set());
+    aborters.set(signal, fs);
+    signal.addEventListener('abort', () => {
+      aborters.delete(signal);
+      for (const g of [...fs]) g();
+    }, { once: true });
+  }
+  const mine = set;
+  mine.add(f);
+  return () => {
+    mine.delete(f);
+  };
+}
+
 /** Options of {@link subscribe}. */
 export interface SubscribeOptions {
   /** Start after this sequence (default 0: from the first event). */
@@ -1266,6 +1291,7 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
   /** Ends the current wait, if one is in progress. */
   private wake: (() => void) | undefined;
   private unwatch: (() => void) | undefined;
+  private unlisten: (() => void) | undefined;
   /** Serializes `next()` calls, as a generator does. */
   private queue: Promise<unknown> = Promise.resolve();
   private readonly waker = () => {
@@ -1321,7 +1347,7 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     if (!set) wakers.set(this.world, (set = new Set()));
     set.add(this.waker);
     this.unwatch = watchForOtherWriters(this.world);
-    signal?.addEventListener('abort', this.onAbort);
+    if (signal !== undefined) this.unlisten = whenAborted(signal, this.onAbort);
   }
 
   /** Stop, and let go of everything at once; a waiting `next()` resolves as done. */
@@ -1331,7 +1357,7 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     this.page = [];
     wakers.get(this.world)?.delete(this.waker);
     this.unwatch?.();
-    this.signal?.removeEventListener('abort', this.onAbort);
+    this.unlisten?.();
     this.wake?.();
   }
 

@@ -1,5 +1,6 @@
 // Watching a run live: subscribe (in one process and across processes) and Server-Sent Events.
 import { spawn, spawnSync } from 'node:child_process';
+import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
@@ -166,6 +167,27 @@ describe('subscribe', () => {
     for (const sub of subs) expect(await sub.next()).toEqual({ done: true, value: undefined });
   });
 
+  it('shares one listener of a signal among the subscriptions it ends (Node warned of a leak at 11)', async () => {
+    const world = track(virtualWorld());
+    await appendEvent(world, 'run_signal', step(1));
+    const warnings: Error[] = [];
+    const warned = (w: Error) => warnings.push(w);
+    process.on('warning', warned);
+    try {
+      const controller = new AbortController();
+      const subs = Array.from({ length: 20 }, () => subscribe(world, 'run_signal', { signal: controller.signal }));
+      for (const sub of subs) expect((await sub.next()).value?.sequence).toBe(1);
+      // Ended one by one, and the rest by the signal.
+      await subs[0].return();
+      controller.abort();
+      for (const sub of subs) expect(await sub.next()).toEqual({ done: true, value: undefined });
+      await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
+      expect(warnings.map((w) => w.name)).toEqual([]);
+    } finally {
+      process.off('warning', warned);
+    }
+  });
+
   it('ends when the world closes', async () => {
     const world = localWorld({ dataDir: tempDir() });
     await appendEvent(world, 'run_close', step(1));
@@ -216,7 +238,56 @@ async function serve(world: World, opts: { heartbeatMs?: number } = {}) {
   };
 }
 
+/** The status of a request made with exactly these headers (fetch will not send a Host of its own). */
+function statusOf(base: string, path: string, headers: Record<string, string>, method = 'GET'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${base}${path}`, { method, headers }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+      res.destroy();
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 describe('little serve', () => {
+  // Without the check, a page elsewhere that points a name of its own at 127.0.0.1 (DNS rebinding)
+  // could read every run through its visitor's browser.
+  it('answers only requests for this machine by name, as its address is a loopback one', async () => {
+    const world = track(virtualWorld());
+    await appendEvent(world, 'run_host', step(1));
+    const s = await serve(world);
+    const port = new URL(s.base).port;
+    try {
+      for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, 'app.localhost', '127.0.0.2']) {
+        expect(await statusOf(s.base, '/api/runs', { host }), host).toBe(200);
+      }
+      for (const host of [`evil.example:${port}`, 'evil.example', `127.0.0.1.evil.example:${port}`, '[::2]', 'localhost.evil.example']) {
+        expect(await statusOf(s.base, '/api/runs', { host }), host).toBe(403);
+        expect(await statusOf(s.base, '/api/runs/run_host/events', { host }), host).toBe(403);
+      }
+      // A sequence of 16 digits is one, when it is a safe integer.
+      expect(await statusOf(s.base, '/api/runs/run_host/events', { 'last-event-id': '9007199254740991' }, 'HEAD')).toBe(200);
+      expect(await statusOf(s.base, '/api/runs/run_host/events', { 'last-event-id': '9007199254740993' }, 'HEAD')).toBe(400);
+      // A path that starts with two slashes is a path (it was read as a host, and answered for /runs).
+      const r = await fetch(`${s.base}//api/runs`);
+      expect(r.status).toBe(404);
+      expect(((await r.json()) as { error: string }).error).toBe('no such path: //api/runs');
+    } finally {
+      await s.close();
+    }
+    // Served on another address (--host), it answers whatever name reaches it.
+    const open = createServer(lib, world, { loopbackOnly: false });
+    await new Promise<void>((r) => open.listen(0, '127.0.0.1', r));
+    try {
+      expect(await statusOf(`http://127.0.0.1:${(open.address() as AddressInfo).port}`, '/api/runs', { host: 'my-box.lan:4710' })).toBe(200);
+    } finally {
+      open.closeAllConnections();
+      await new Promise((r) => open.close(r));
+    }
+  });
+
   it('answers the API, with 400 for bad ids and 404 for unknown paths', async () => {
     const world = track(virtualWorld());
     await appendEvent(world, 'run_api', step(1));

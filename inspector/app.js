@@ -391,6 +391,9 @@
       const st = await this.refreshState();
       if (st === false || !this.alive) return;
       const count = st ? num(st.eventCount) : 0;
+      // The timeline keeps the last MAX_ROWS rows, and the steps and costs come from /state: the
+      // events before those are not read (a run of 200,000 took 20 s and 150 MB to show).
+      if (count > MAX_ROWS) this.lastContig = this.maxSeq = count - MAX_ROWS;
       if (count > 0) await this.fill(count);
       if (this.alive) this.openStream(this.lastContig);
     }

@@ -4,7 +4,8 @@ import type { Server } from 'node:http';
 export function createServer(
   lib: typeof import('../world'),
   world: import('../world').World,
-  options?: { inspectorDir?: string; heartbeatMs?: number },
+  /** `loopbackOnly` (default true): refuse requests whose Host header names another machine. */
+  options?: { inspectorDir?: string; heartbeatMs?: number; loopbackOnly?: boolean },
 ): Server & { openStreams: Set<AbortController> };
 /** Run `little serve` with command-line arguments; resolves with the exit code. */
 export function main(argv: string[]): Promise<number>;

@@ -47,8 +47,24 @@ function sendJson(res, status, value) {
   send(res, status, JSON.stringify(value));
 }
 
-/** Create the server for an open world. Resolves nothing by itself; call listen(). */
-function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS } = {}) {
+/** Whether a host name (no port; IPv6 in brackets) always names this machine. */
+function isLoopbackName(name) {
+  return /^(localhost|[a-z0-9.-]+\.localhost|127(\.\d{1,3}){3}|\[::1\]|::1)$/i.test(name);
+}
+
+/** The host name of a Host header, without its port. */
+function hostName(header) {
+  const m = /^(\[[^\]]*\]|[^:]*)(:\d*)?$/.exec(header);
+  return m ? m[1] : header;
+}
+
+/**
+ * Create the server for an open world. Resolves nothing by itself; call listen(). With
+ * `loopbackOnly` (for a server on a loopback address, as by default), a request whose Host header
+ * names another machine is refused: a web page elsewhere could otherwise point a name of its own
+ * at 127.0.0.1 (DNS rebinding) and read every run through the visitor's browser.
+ */
+function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS, loopbackOnly = true } = {}) {
   const open = new Set();
   // One listing of runs at a time: on a large world one takes seconds, and each tab or client
   // asking meanwhile started another, taking the threads that live streams read with. Requests
@@ -77,9 +93,15 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
   };
   const handle = async (req, res) => {
     try {
+      const host = req.headers.host;
+      if (loopbackOnly && host !== undefined && !isLoopbackName(hostName(host))) {
+        return sendJson(res, 403, { error: `Host ${JSON.stringify(host.slice(0, 100))} does not name this machine: this server answers localhost, 127.0.0.1 and [::1] (start it with --host to serve another address)` });
+      }
       let url;
       try {
-        url = new URL(req.url ?? '/', 'http://localhost');
+        // Appended to an origin rather than resolved against one: '//api/runs' is a path, not a host.
+        if (!(req.url ?? '/').startsWith('/')) throw new Error('not a path');
+        url = new URL(`http://localhost${req.url ?? '/'}`);
       } catch {
         return sendJson(res, 400, { error: 'the request target is not a path' });
       }
@@ -135,7 +157,7 @@ async function streamEvents(lib, world, id, req, res, url, open, heartbeatMs) {
   // An empty Last-Event-ID is no resume point (EventSource never sends one).
   const header = req.headers['last-event-id'] || undefined;
   const resumeFrom = header ?? url.searchParams.get('after') ?? '0';
-  if (!/^\d{1,15}$/.test(String(resumeFrom))) return sendJson(res, 400, { error: 'Last-Event-ID / after must be a sequence number' });
+  if (!/^\d{1,16}$/.test(String(resumeFrom)) || !Number.isSafeInteger(Number(resumeFrom))) return sendJson(res, 400, { error: 'Last-Event-ID / after must be a sequence number' });
   const after = Number(resumeFrom);
   res.writeHead(200, {
     'content-type': 'text/event-stream; charset=utf-8',
@@ -187,7 +209,7 @@ async function main(argv) {
   if (!existsSync(join(dataDir, 'events', 'events.db'))) throw new UsageError(`no world at ${dataDir} (use --data-dir to point at one)`);
   const lib = require('..');
   const world = lib.localWorld({ dataDir, readOnly: true });
-  const server = createServer(lib, world);
+  const server = createServer(lib, world, { loopbackOnly: isLoopbackName(host) });
   await new Promise((res, rej) => server.once('error', rej).listen(port, host, res));
   const addr = server.address();
   process.stdout.write(`little serve: http://${host.includes(':') ? `[${host}]` : host}:${addr.port}/ (world ${dataDir})\n`);
