@@ -68,6 +68,11 @@ export declare class NativeWorld {
    * many UTF-16 code units (at least one row).
    */
   listPacked(runId: string, afterSequence?: number | undefined | null, limit?: number | undefined | null, maxUnits?: number | undefined | null): Promise<Array<string | Buffer>>
+  /**
+   * What was committed since `since` (a mark an earlier call returned; none for the first):
+   * `{"mark":…,"streams":[…]}`, `streams` null when anything may have changed.
+   */
+  changes(since?: number | undefined | null): Promise<string>
   /** Stop accepting work; resolves once every queued append has committed. */
   close(): Promise<void>
 }

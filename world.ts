@@ -304,14 +304,20 @@ export interface VirtualWorldOptions {
 }
 
 /**
+ * Wakes a live subscription: given a stream id, only one of that stream (copies of this module of
+ * earlier versions call it with none, and wake them all).
+ */
+type Waker = (streamId?: string) => void;
+
+/**
  * The native handle of each open world, and the wakers of its live subscriptions (called after each
  * append this process commits). Kept on `globalThis` under a registered symbol, so two copies of
  * this module in one process (a bundler inlining one, Node loading another) share them.
  */
 const shared = ((globalThis as Record<symbol, unknown>)[Symbol.for('@little-workflow/world:worlds')] ??= {
   natives: new WeakMap<World, NativeWorld>(),
-  wakers: new WeakMap<World, Set<() => void>>(),
-}) as { natives: WeakMap<World, NativeWorld>; wakers: WeakMap<World, Set<() => void>> };
+  wakers: new WeakMap<World, Set<Waker>>(),
+}) as { natives: WeakMap<World, NativeWorld>; wakers: WeakMap<World, Set<Waker>> };
 const natives = shared.natives;
 const wakers = shared.wakers;
 
@@ -381,9 +387,10 @@ function claimDir(world: World, dir: string): void {
   });
 }
 
-function wakeSubscribers(world: World): void {
+/** Wake the world's subscriptions of `streamId`, or all of them. */
+function wakeSubscribers(world: World, streamId?: string): void {
   const set = wakers.get(world);
-  if (set) for (const wake of [...set]) wake();
+  if (set) for (const wake of [...set]) wake(streamId);
 }
 
 class OpenWorld implements World {
@@ -569,7 +576,7 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
   }
   return pending.then(
     (text) => {
-      wakeSubscribers(world);
+      wakeSubscribers(world, runId);
       return envelopeFromText(text);
     },
     (err: unknown) => {
@@ -1126,92 +1133,165 @@ export async function listRuns(world: World): Promise<readonly RunSummary[]> {
 // Watching a run live
 
 /**
- * How often a subscription looks for events committed by other processes, should nothing wake it
- * sooner (see `watchForOtherWriters`).
+ * How often a world with subscribers is asked what other processes committed, should nothing look
+ * sooner (see `liveView`).
  */
 const SUBSCRIBE_POLL_MS = 100;
 
-/** Per local world, while it has subscribers: a watcher of its `events` directory. */
-const watchers = new WeakMap<World, Watching>();
+/**
+ * How often a subscriber of a virtual world, waiting for an event only this process can append,
+ * looks again. Its timer keeps the process alive while it waits, as a live tail should.
+ */
+const VIRTUAL_POLL_MS = 1000;
 
-/** A shared watcher: how many subscribers use it, and how to stop it. */
-type Watching = { subscribers: number; stop: () => void };
+/** Per local world, while it has subscribers: its live view (see `liveView`). */
+const watchers = new WeakMap<World, Live>();
 
 /**
- * How long after a reported change the subscribers are woken. A commit's last write reaches the
- * WAL file (and is reported) just before the commit becomes visible to readers; woken at once, a
- * subscriber could read too early and then wait for its poll. Changes reported meanwhile are
- * coalesced into the same wake.
+ * A local world's live view, shared by its subscribers: how many there are and how many wait for
+ * an event, a promise of its first look (its mark), and ways to keep the process alive while one
+ * waits and to stop.
+ */
+type Live = { subscribers: number; waiting: number; ready: Promise<void>; keepAlive: () => void; stop: () => void };
+
+/**
+ * How long after a reported change the world is looked at. A commit's last write reaches the WAL
+ * file (and is reported) just before the commit becomes visible to readers; looked at at once, it
+ * could show nothing yet. Changes reported meanwhile are coalesced into the same look.
  */
 const WATCH_DELAY_MS = 3;
 
 /**
- * When, after that first wake, the subscribers are woken again (each delay counted from the one
+ * When, after that first look, the world is looked at again (each delay counted from the one
  * before), unless new changes start over. SQLite makes a commit visible through shared memory,
  * which reports nothing, after the commit's last reported write; on a busy machine the writer
- * can be descheduled in between for longer than `WATCH_DELAY_MS`, and the first wake then finds
+ * can be descheduled in between for longer than `WATCH_DELAY_MS`, and the first look then finds
  * nothing. Without these, such an event waited for the poll (or, with the poll's timer held back
  * by fake timers, for ever).
  */
 const WATCH_LATE_MS = [20, 80, 400];
 
 /**
- * Wake the world's subscribers whenever its log files change, as another process's commit
- * changes them, until the returned function is called: they see such events at once instead of
- * at their next poll (which stays, should the file system not report changes, as on some network
- * mounts). One watcher per world, shared by its subscribers for as long as any is open. A commit
- * reports several changes, and a process appending fast reports thousands a second: see
- * `WATCH_DELAY_MS`. (Its timer is `node:timers`' own, which fake timers installed on the global
- * object leave running.)
+ * The live view of a local world (none for a virtual one, which only this process appends to, and
+ * whose appends wake their subscribers themselves). It asks the world what was committed since its
+ * last look (`changes`: the streams with rows after a mark) and wakes only the subscribers of those
+ * streams: whenever the world's log files change, as another process's commit changes them (so
+ * such events are seen at once), and every `SUBSCRIBE_POLL_MS` besides, should the file system not
+ * report changes, as on some network mounts. One look per world, however many subscribers it has:
+ * each subscriber reading its stream at each poll and at each change anywhere in the world cost a
+ * core for 1,000 idle subscriptions. A commit reports several changes, and a process appending fast
+ * reports thousands a second: see `WATCH_DELAY_MS`. (The watcher's timers are `node:timers`' own,
+ * which fake timers installed on the global object leave running; the poll's is the global one.)
  */
-function watchForOtherWriters(world: World): () => void {
+function liveView(world: World, handle: NativeWorld): Live | undefined {
   const dataDir = world.dataDir;
-  if (dataDir === undefined) return () => {};
-  let entry = watchers.get(world);
-  if (entry === undefined) {
-    let pending: ReturnType<typeof after> | undefined;
-    let firstDelay = false;
-    let watcher: FSWatcher;
-    // Wake now, then again after each of WATCH_LATE_MS from `late` on.
-    const wakeThenLater = (late: number) => {
-      pending = undefined;
-      wakeSubscribers(world);
-      if (late < WATCH_LATE_MS.length) pending = after(() => wakeThenLater(late + 1), WATCH_LATE_MS[late]).unref();
-    };
-    try {
-      // Not persistent: the watcher adds nothing to what keeps the process alive. (A waiting
-      // subscriber's poll timer does, as a live tail should, until it is aborted or the world closes.)
-      watcher = watch(join(dataDir, 'events'), { persistent: false }, () => {
-        if (firstDelay) return; // joins the wake already due
-        cancel(pending); // a change during the late wakes starts over
-        firstDelay = true;
-        pending = after(() => {
-          firstDelay = false;
-          wakeThenLater(0);
-        }, WATCH_DELAY_MS).unref();
-      });
-    } catch {
-      return () => {};
-    }
-    const created: Watching = {
-      subscribers: 0,
-      stop: () => {
-        watcher.close();
-        cancel(pending);
-        if (watchers.get(world) === created) watchers.delete(world);
-      },
-    };
-    watcher.on('error', created.stop);
-    watchers.set(world, (entry = created));
-  }
-  const mine = entry;
-  mine.subscribers++;
-  let done = false;
-  return () => {
-    if (done) return;
-    done = true;
-    if (--mine.subscribers === 0) mine.stop();
+  if (dataDir === undefined) return undefined;
+  const existing = watchers.get(world);
+  if (existing !== undefined) return existing;
+  let mark: number | undefined;
+  let marked = false;
+  let looking = false;
+  let again = false;
+  let stopped = false;
+  let poll: ReturnType<typeof setTimeout> | undefined;
+  let pending: ReturnType<typeof after> | undefined;
+  let firstDelay = false;
+  let watcher: FSWatcher | undefined;
+  let markTaken!: () => void;
+  const schedule = () => {
+    clearTimeout(poll);
+    if (stopped) return;
+    poll = setTimeout(look, SUBSCRIBE_POLL_MS);
+    // Only a subscriber waiting for an event keeps the process alive: one parked between two
+    // events, whose consumer may never pull again, does not.
+    if (live.waiting === 0) poll.unref?.();
   };
+  const look = () => {
+    if (stopped) return;
+    if (looking) {
+      again = true;
+      return;
+    }
+    looking = true;
+    handle.changes(mark).then(
+      (text) => {
+        const c = JSON.parse(text) as { mark: number; streams: string[] | null };
+        const first = mark === undefined;
+        mark = c.mark;
+        if (first && !marked) {
+          // Subscribers read only once the mark is taken: what commits after it, the next look finds.
+          marked = true;
+          markTaken();
+        } else if (first || c.streams === null) {
+          wakeSubscribers(world); // a first look that failed left no mark: anything may have changed
+        } else {
+          for (const s of c.streams) wakeSubscribers(world, s);
+        }
+      },
+      () => {
+        // Closed, or failing: each subscriber reads, and finds what there is or reports the error.
+        if (!marked) {
+          marked = true;
+          markTaken();
+        }
+        wakeSubscribers(world);
+      },
+    ).finally(() => {
+      looking = false;
+      if (again) {
+        again = false;
+        look();
+      } else {
+        schedule();
+      }
+    });
+  };
+  // Look now, then again after each of WATCH_LATE_MS from `late` on.
+  const lookThenLater = (late: number) => {
+    pending = undefined;
+    look();
+    if (late < WATCH_LATE_MS.length) pending = after(() => lookThenLater(late + 1), WATCH_LATE_MS[late]).unref();
+  };
+  const live: Live = {
+    subscribers: 0,
+    waiting: 0,
+    ready: new Promise<void>((resolve) => (markTaken = resolve)),
+    // A subscriber waits now: the poll keeps the process alive (the next is scheduled so if due).
+    keepAlive: () => poll?.ref?.(),
+    stop: () => {
+      stopped = true;
+      watcher?.close();
+      cancel(pending);
+      clearTimeout(poll);
+      if (!marked) {
+        marked = true;
+        markTaken();
+      }
+      if (watchers.get(world) === live) watchers.delete(world);
+    },
+  };
+  try {
+    // Not persistent: the watcher adds nothing to what keeps the process alive.
+    watcher = watch(join(dataDir, 'events'), { persistent: false }, () => {
+      if (firstDelay) return; // joins the look already due
+      cancel(pending); // a change during the late looks starts over
+      firstDelay = true;
+      pending = after(() => {
+        firstDelay = false;
+        lookThenLater(0);
+      }, WATCH_DELAY_MS).unref();
+    });
+    // A watcher that fails leaves the poll.
+    watcher.on('error', () => {
+      watcher?.close();
+      watcher = undefined;
+    });
+  } catch {
+    watcher = undefined;
+  }
+  watchers.set(world, live);
+  look();
+  return live;
 }
 
 /**
@@ -1291,10 +1371,13 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
   /** Ends the current wait, if one is in progress. */
   private wake: (() => void) | undefined;
   private unwatch: (() => void) | undefined;
+  /** The world's live view, while this uses it (none for a virtual world). */
+  private live: Live | undefined;
   private unlisten: (() => void) | undefined;
   /** Serializes `next()` calls, as a generator does. */
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly waker = () => {
+  private readonly waker: Waker = (streamId) => {
+    if (streamId !== undefined && streamId !== this.streamId) return;
     if (this.handle?.closed) this.finish();
     else if (this.wake) this.wake();
     else this.woken = true;
@@ -1346,7 +1429,15 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     let set = wakers.get(this.world);
     if (!set) wakers.set(this.world, (set = new Set()));
     set.add(this.waker);
-    this.unwatch = watchForOtherWriters(this.world);
+    const live = liveView(this.world, this.handle);
+    if (live !== undefined) {
+      this.live = live;
+      live.subscribers++;
+      this.unwatch = () => {
+        this.live = undefined;
+        if (--live.subscribers === 0) live.stop();
+      };
+    }
     if (signal !== undefined) this.unlisten = whenAborted(signal, this.onAbort);
   }
 
@@ -1380,6 +1471,9 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
         }
         // After a short page, wait for a wake (unless one came meanwhile) before reading again.
         if (this.readOnce && !this.lastPageFull && !this.woken) await this.waitForWake();
+        // The first read only once the live view has its mark: a commit after the read is then one
+        // its next look finds.
+        else if (!this.readOnce && this.live !== undefined) await this.live.ready;
         if (this.finished) return DONE;
         this.woken = false;
         this.readOnce = true;
@@ -1403,13 +1497,19 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     }
   }
 
-  /** Until woken (an append here, a change seen on disk, an abort, a close) or the poll's time. */
+  /**
+   * Until woken: by an append here, by the live view (a commit of another process), an abort or a
+   * close; for a virtual world, also by its poll.
+   */
   private waitForWake(): Promise<void> {
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, SUBSCRIBE_POLL_MS);
+      const live = this.live;
+      const timer = live === undefined ? setTimeout(done, VIRTUAL_POLL_MS) : undefined;
+      if (live !== undefined && live.waiting++ === 0) live.keepAlive();
       const self = this;
       function done() {
         clearTimeout(timer);
+        if (live !== undefined) live.waiting--;
         self.wake = undefined;
         resolve();
       }
@@ -1509,7 +1609,7 @@ export async function appendRunEvent(world: World, runId: string, event: RunEven
   checkRunIdType(runId);
   const text = checkDraft(event, runId);
   const env = frozen<EventEnvelope>(await call(() => handle.appendDraft(runId, text, false)));
-  wakeSubscribers(world);
+  wakeSubscribers(world, runId);
   return asRunEvent<RunEvent>(env, 'runId');
 }
 
@@ -1522,7 +1622,7 @@ export async function appendSessionEvent(world: World, sessionId: string, event:
   checkRunIdType(sessionId, 'sessionId');
   const text = checkDraft(event, sessionId);
   const env = frozen<EventEnvelope>(await call(() => handle.appendDraft(sessionId, text, true)));
-  wakeSubscribers(world);
+  wakeSubscribers(world, sessionId);
   return asRunEvent<SessionEvent>(env, 'sessionId');
 }
 

@@ -167,6 +167,39 @@ describe('subscribe', () => {
     for (const sub of subs) expect(await sub.next()).toEqual({ done: true, value: undefined });
   });
 
+  // Each subscriber read its stream at every poll (10 a second) and at every change anywhere in
+  // the world: 1,000 idle subscriptions took most of a core. The world is now asked once what
+  // changed, and only the subscribers of the streams with new events read.
+  it('reads a quiet stream only when it has new events, however busy the rest of the world is', async () => {
+    const dataDir = tempDir();
+    const reader = track(localWorld({ dataDir, readOnly: false }));
+    // Another world on the directory stands for another process.
+    const writer = track(localWorld({ dataDir, durability: 'normal' }));
+    await appendEvent(writer, 'run_quiet', step(1));
+    const native = (globalThis as Record<symbol, { natives: WeakMap<World, Record<string, unknown>> }>)[Symbol.for('@little-workflow/world:worlds')].natives.get(reader)!;
+    const reads: string[] = [];
+    const listPacked = native.listPacked as (runId: string, ...rest: unknown[]) => Promise<unknown>;
+    native.listPacked = function (this: unknown, runId: string, ...rest: unknown[]) {
+      reads.push(runId);
+      return listPacked.call(this, runId, ...rest);
+    };
+    try {
+      const subs = Array.from({ length: 20 }, () => subscribe(reader, 'run_quiet')[Symbol.asyncIterator]());
+      for (const sub of subs) expect(((await sub.next()).value as EventEnvelope).sequence).toBe(1);
+      const waiting = subs.map((sub) => sub.next());
+      const started = reads.length;
+      for (let i = 0; i < 200; i++) await appendEvent(writer, 'run_busy', step(i));
+      await new Promise((r) => setTimeout(r, 600)); // past the polls and the late looks
+      // Not one read of the quiet stream while the other was written to.
+      expect(reads.slice(started)).toEqual([]);
+      await appendEvent(writer, 'run_quiet', step(2));
+      for (const w of waiting) expect(((await w).value as EventEnvelope).sequence).toBe(2);
+      for (const sub of subs) await sub.return?.();
+    } finally {
+      delete native.listPacked;
+    }
+  });
+
   it('shares one listener of a signal among the subscriptions it ends (Node warned of a leak at 11)', async () => {
     const world = track(virtualWorld());
     await appendEvent(world, 'run_signal', step(1));

@@ -109,7 +109,7 @@ describe('little serve', () => {
     }
   });
 
-  it('answers a request target that is not a path with 400, and keeps serving', async () => {
+  it('answers odd request targets with 404 or 400, and keeps serving', async () => {
     const child = spawn(process.execPath, [LITTLE, 'serve', '--data-dir', await seeded(3), '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     children.push(child);
     let stderr = '';
@@ -123,10 +123,14 @@ describe('little serve', () => {
       });
       child.once('exit', () => reject(new Error(`serve exited: ${stderr}`)));
     });
-    // `new URL('//', base)` throws: this used to end the whole server.
+    // `new URL('//', base)` throws: this used to end the whole server. They are paths (of nothing
+    // served), and a target that is not a path at all is a bad request.
     for (const target of ['//', '/\\']) {
-      expect(await raw(port, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)).toMatch(/^HTTP\/1\.1 400/);
+      expect(await raw(port, `GET ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`)).toMatch(/^HTTP\/1\.1 404/);
     }
+    expect(await raw(port, `GET http://127.0.0.1/api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`)).toMatch(/^HTTP\/1\.1 200/);
+    expect(await raw(port, `GET http://evil.example/api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`)).toMatch(/^HTTP\/1\.1 403/);
+    expect(await raw(port, `GET ftp://127.0.0.1/api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`)).toMatch(/^HTTP\/1\.1 400/);
     const res = await fetch(`http://127.0.0.1:${port}/api/runs`);
     expect(res.status).toBe(200);
     expect(child.exitCode).toBe(null);
@@ -138,13 +142,13 @@ describe('little serve', () => {
     try {
       expect((await fetch(`http://127.0.0.1:${port}/api/runs/%E0%A4%A/state`)).status).toBe(400);
       // Node writes no body for HEAD, and never flushed the headers of a stream it could not write.
-      const reply = await raw(port, 'HEAD /api/runs/run_r/events HTTP/1.1\r\nHost: x\r\n\r\n', 1000);
+      const reply = await raw(port, 'HEAD /api/runs/run_r/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', 1000);
       expect(reply.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
       expect(reply).toContain('content-type: text/event-stream');
       expect(server.openStreams.size).toBe(0);
       // An empty Last-Event-ID is no resume point: ?after= still counts.
       // Until the event after 2 came (an id 2 would have come before it), however long that takes.
-      const sse = await raw(port, 'GET /api/runs/run_r/events?after=2 HTTP/1.1\r\nHost: x\r\nLast-Event-ID: \r\n\r\n', 30_000, 'id: 3\n');
+      const sse = await raw(port, 'GET /api/runs/run_r/events?after=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nLast-Event-ID: \r\n\r\n', 30_000, 'id: 3\n');
       expect(sse).toMatch(/^HTTP\/1\.1 200/);
       expect(sse).toContain('id: 3\n');
       expect(sse).not.toContain('id: 2\n');
@@ -158,7 +162,7 @@ describe('little serve', () => {
     const { server, port } = await listening(await seeded(150, { big: 'x'.repeat(50_000) }));
     let response: ServerResponse | undefined;
     server.on('request', (_req, res) => (response = res));
-    const s = net.connect(port, '127.0.0.1', () => s.write('GET /api/runs/run_r/events HTTP/1.1\r\nHost: x\r\n\r\n'));
+    const s = net.connect(port, '127.0.0.1', () => s.write('GET /api/runs/run_r/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'));
     let got = 0;
     let most = 0;
     // Until half a megabyte has come (ten events, each a wait for 'drain' or more), however long

@@ -99,11 +99,16 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       }
       let url;
       try {
-        // Appended to an origin rather than resolved against one: '//api/runs' is a path, not a host.
-        if (!(req.url ?? '/').startsWith('/')) throw new Error('not a path');
-        url = new URL(`http://localhost${req.url ?? '/'}`);
+        // A path is appended to an origin rather than resolved against one: '//api/runs' is a
+        // path, not a host. An absolute URL (as a proxy sends) names its host itself.
+        const target = req.url ?? '/';
+        url = new URL(target.startsWith('/') ? `http://localhost${target}` : target);
+        if (url.protocol !== 'http:') throw new Error('not http');
       } catch {
         return sendJson(res, 400, { error: 'the request target is not a path' });
+      }
+      if (loopbackOnly && !(req.url ?? '/').startsWith('/') && !isLoopbackName(url.hostname)) {
+        return sendJson(res, 403, { error: `${url.hostname.slice(0, 100)} is not this machine` });
       }
       if (req.method !== 'GET' && req.method !== 'HEAD') {
         res.setHeader('allow', 'GET, HEAD');

@@ -456,6 +456,19 @@ impl World {
         })
     }
 
+    /// What was committed since `since` (see [`crate::core::store::LogReader::changes`]), as JSON:
+    /// `{"mark":…,"streams":[…] or null}`.
+    pub fn changes(&self, ticket: Ticket, since: Option<i64>) -> Result<()> {
+        self.ensure_open()?;
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            let changes = reader.changes(since)?;
+            Ok(Output::Json(
+                serde_json::to_string(&changes).expect("changes serialize"),
+            ))
+        })
+    }
+
     /// A stream's events as run (or session) events, as a JSON array; with `strict` (the replay
     /// read) refuses when a row would be dropped.
     pub fn run_events(&self, ticket: Ticket, stream_id: String, strict: bool) -> Result<()> {

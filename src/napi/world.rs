@@ -305,6 +305,16 @@ impl NativeWorld {
         })
     }
 
+    /// What was committed since `since` (a mark an earlier call returned; none for the first):
+    /// `{"mark":…,"streams":[…]}`, `streams` null when anything may have changed.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn changes(&self, env: Env, since: Option<f64>) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            let since = count_arg("since", since)?.map(|m| m as i64);
+            self.world.changes(t, since)
+        })
+    }
+
     /// Stop accepting work; resolves once every queued append has committed.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close(&self, env: Env) -> napi::Result<RawValue> {

@@ -107,6 +107,16 @@ pub trait LogWriter: Send {
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()>;
 }
 
+/// What was committed after a mark, for live views: the streams that have new rows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Changes {
+    /// Where the next call starts (SQLite: the greatest rowid of `events`).
+    pub mark: i64,
+    /// The streams with rows committed after the mark given, in no order; `None` when anything
+    /// may have changed (rows were removed, or too many were added to list).
+    pub streams: Option<Vec<String>>,
+}
+
 /// The read side of a backend, shared by reader threads.
 pub trait LogReader: Send + Sync {
     /// Call `sink` with each envelope of `run_id` after `after`, in sequence order, at most `limit`.
@@ -134,6 +144,12 @@ pub trait LogReader: Send + Sync {
     fn last_sequence(&self, run_id: &str) -> Result<u64>;
     /// The committed row of `run_id` appended with idempotency key `key`, if any.
     fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>>;
+    /// What was committed since `since` (a [`Changes::mark`] this returned before; none for the
+    /// first call, which only takes the mark). A backend that cannot tell says anything may have.
+    fn changes(&self, since: Option<i64>) -> Result<Changes> {
+        let _ = since;
+        Ok(Changes { mark: 0, streams: None })
+    }
     /// Let go of what the reader keeps between reads (pooled connections and their file
     /// descriptors): its world has closed. A read still running finishes, and keeps nothing.
     fn close(&self) {}
@@ -186,6 +202,45 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut writer, reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
         a_refused_insert_leaves_the_transaction_going(&mut writer, &reader);
+    }
+
+    #[test]
+    fn sqlite_changes_name_the_streams_with_new_rows_since_a_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
+        let mut append = |rows: &[(&'static str, u64)]| {
+            writer
+                .transaction(&mut |tx| {
+                    for (run, sequence) in rows {
+                        tx.insert(&RowRef {
+                            run_id: run,
+                            ..row(*sequence, None, "e")
+                        })?;
+                    }
+                    Ok(())
+                })
+                .unwrap()
+        };
+        append(&[("run_a", 1), ("run_b", 1)]);
+        let first = reader.changes(None).unwrap();
+        assert_eq!(
+            first,
+            Changes {
+                mark: 2,
+                streams: Some(vec![])
+            }
+        );
+        assert_eq!(reader.changes(Some(2)).unwrap(), first);
+        append(&[("run_c", 1), ("run_a", 2), ("run_c", 2)]);
+        let next = reader.changes(Some(2)).unwrap();
+        assert_eq!(next.mark, 5);
+        let mut streams = next.streams.unwrap();
+        streams.sort();
+        assert_eq!(streams, ["run_a", "run_c"]);
+        // A mark past the last row: rows were removed, so anything may have changed.
+        assert_eq!(reader.changes(Some(9)).unwrap(), Changes { mark: 5, streams: None });
+        // The memory store cannot tell.
+        assert_eq!(memory::MemoryLog::new().changes(Some(1)).unwrap().streams, None);
     }
 
     #[test]

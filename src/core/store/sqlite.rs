@@ -6,7 +6,7 @@
 //! small pool; in WAL mode they never wait for the writer.
 
 use super::schema;
-use super::{KeyedEvent, LogReader, LogTx, LogWriter, RowRef, StreamSummary};
+use super::{Changes, KeyedEvent, LogReader, LogTx, LogWriter, RowRef, StreamSummary};
 use crate::core::error::{Result, WorldError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::collections::HashMap;
@@ -671,6 +671,9 @@ fn last_sequence(conn: &Connection, run_id: &str) -> Result<u64> {
         .map_err(|e| WorldError::sqlite("reading the last sequence", e))
 }
 
+/// Most new rows whose streams [`SqliteReader::changes`] lists; past this, anything may have changed.
+const CHANGES_LISTED: i64 = 100_000;
+
 /// Read connections, pooled until the world closes.
 pub struct SqliteReader {
     path: PathBuf,
@@ -825,6 +828,33 @@ impl LogReader for SqliteReader {
 
     fn last_sequence(&self, run_id: &str) -> Result<u64> {
         self.with_conn(|conn| last_sequence(conn, run_id))
+    }
+
+    /// By rowid, which only grows while rows are only added: the streams of the rows after the
+    /// mark, up to the greatest rowid read first (so a row committed between the two statements
+    /// is left for the next call).
+    fn changes(&self, since: Option<i64>) -> Result<Changes> {
+        self.with_conn(|conn| {
+            let err = |e| WorldError::sqlite("looking for new events", e);
+            let mark: i64 = conn
+                .prepare_cached("SELECT coalesce(max(rowid), 0) FROM events")
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                .map_err(err)?;
+            let streams = match since {
+                None => Some(Vec::new()),
+                Some(since) if mark == since => Some(Vec::new()),
+                Some(since) if mark < since || mark - since > CHANGES_LISTED => None,
+                Some(since) => Some(
+                    conn.prepare_cached("SELECT DISTINCT run_id FROM events WHERE rowid > ?1 AND rowid <= ?2")
+                        .and_then(|mut s| {
+                            s.query_map([since, mark], |r| r.get::<_, String>(0))?
+                                .collect::<rusqlite::Result<Vec<_>>>()
+                        })
+                        .map_err(err)?,
+                ),
+            };
+            Ok(Changes { mark, streams })
+        })
     }
 
     fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
