@@ -293,10 +293,11 @@ describe('little serve', () => {
     const s = await serve(world);
     const port = new URL(s.base).port;
     try {
-      for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, 'app.localhost', '127.0.0.2']) {
+      const loopback = [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, 'app.localhost', '127.0.0.2', 'LOCALHOST', 'localhost.', '127.0.0.1.:80', '127.1', '[0:0:0:0:0:0:0:1]', '[::ffff:127.0.0.1]'];
+      for (const host of loopback) {
         expect(await statusOf(s.base, '/api/runs', { host }), host).toBe(200);
       }
-      for (const host of [`evil.example:${port}`, 'evil.example', `127.0.0.1.evil.example:${port}`, '[::2]', 'localhost.evil.example']) {
+      for (const host of [`evil.example:${port}`, 'evil.example', `127.0.0.1.evil.example:${port}`, '[::2]', 'localhost.evil.example', '[::ffff:10.0.0.1]', 'a b']) {
         expect(await statusOf(s.base, '/api/runs', { host }), host).toBe(403);
         expect(await statusOf(s.base, '/api/runs/run_host/events', { host }), host).toBe(403);
       }
@@ -310,9 +311,9 @@ describe('little serve', () => {
     } finally {
       await s.close();
     }
-    // Served on another address (--host), it answers whatever name reaches it.
-    const open = createServer(lib, world, { loopbackOnly: false });
-    await new Promise<void>((r) => open.listen(0, '127.0.0.1', r));
+    // Served on another address (--host 0.0.0.0), it answers whatever name reaches it.
+    const open = createServer(lib, world);
+    await new Promise<void>((r) => open.listen(0, '0.0.0.0', r));
     try {
       expect(await statusOf(`http://127.0.0.1:${(open.address() as AddressInfo).port}`, '/api/runs', { host: 'my-box.lan:4710' })).toBe(200);
     } finally {

@@ -4,7 +4,10 @@ import type { Server } from 'node:http';
 export function createServer(
   lib: typeof import('../world'),
   world: import('../world').World,
-  /** `loopbackOnly` (default true): refuse requests whose Host header names another machine. */
+  /**
+   * `loopbackOnly`: refuse requests whose Host header names another machine (by default, when
+   * the server listens on a loopback address).
+   */
   options?: { inspectorDir?: string; heartbeatMs?: number; loopbackOnly?: boolean },
 ): Server & { openStreams: Set<AbortController> };
 /** Run `little serve` with command-line arguments; resolves with the exit code. */

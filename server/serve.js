@@ -47,24 +47,40 @@ function sendJson(res, status, value) {
   send(res, status, JSON.stringify(value));
 }
 
-/** Whether a host name (no port; IPv6 in brackets) always names this machine. */
-function isLoopbackName(name) {
-  return /^(localhost|[a-z0-9.-]+\.localhost|127(\.\d{1,3}){3}|\[::1\]|::1)$/i.test(name);
+/**
+ * Whether a Host header (a name or address, with or without a port) always names this machine:
+ * `localhost` and its subdomains, 127.0.0.0/8 and ::1 however spelled (`127.1`, `[0:0::1]`,
+ * `[::ffff:127.0.0.1]`), with or without a trailing dot.
+ */
+function isLoopbackHost(host) {
+  let name;
+  try {
+    name = new URL(`http://${host}/`).hostname.toLowerCase();
+  } catch {
+    return false;
+  }
+  name = name.replace(/\.$/, '');
+  return (
+    name === 'localhost' ||
+    name.endsWith('.localhost') ||
+    /^127\.\d+\.\d+\.\d+$/.test(name) ||
+    name === '[::1]' ||
+    /^\[::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}\]$/.test(name)
+  );
 }
 
-/** The host name of a Host header, without its port. */
-function hostName(header) {
-  const m = /^(\[[^\]]*\]|[^:]*)(:\d*)?$/.exec(header);
-  return m ? m[1] : header;
+/** Whether the server listens on a loopback address only (`server.address()`'s address). */
+function isLoopbackAddress(address) {
+  return isLoopbackHost(address.includes(':') ? `[${address}]` : address);
 }
 
 /**
- * Create the server for an open world. Resolves nothing by itself; call listen(). With
- * `loopbackOnly` (for a server on a loopback address, as by default), a request whose Host header
- * names another machine is refused: a web page elsewhere could otherwise point a name of its own
- * at 127.0.0.1 (DNS rebinding) and read every run through the visitor's browser.
+ * Create the server for an open world. Resolves nothing by itself; call listen(). Listening on a
+ * loopback address (or given `loopbackOnly: true`), it refuses a request whose Host header names
+ * another machine: a web page elsewhere could otherwise point a name of its own at 127.0.0.1 (DNS
+ * rebinding) and read every run through the visitor's browser.
  */
-function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS, loopbackOnly = true } = {}) {
+function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS, loopbackOnly } = {}) {
   const open = new Set();
   // One listing of runs at a time: on a large world one takes seconds, and each tab or client
   // asking meanwhile started another, taking the threads that live streams read with. Requests
@@ -93,8 +109,10 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
   };
   const handle = async (req, res) => {
     try {
+      // Unless told, judged by the address the server listens on: a loopback one however spelled.
+      const guarded = loopbackOnly ?? isLoopbackAddress(server.address()?.address ?? '');
       const host = req.headers.host;
-      if (loopbackOnly && host !== undefined && !isLoopbackName(hostName(host))) {
+      if (guarded && host !== undefined && !isLoopbackHost(host)) {
         return sendJson(res, 403, { error: `Host ${JSON.stringify(host.slice(0, 100))} does not name this machine: this server answers localhost, 127.0.0.1 and [::1] (start it with --host to serve another address)` });
       }
       let url;
@@ -107,7 +125,7 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       } catch {
         return sendJson(res, 400, { error: 'the request target is not a path' });
       }
-      if (loopbackOnly && !(req.url ?? '/').startsWith('/') && !isLoopbackName(url.hostname)) {
+      if (guarded && !(req.url ?? '/').startsWith('/') && !isLoopbackHost(url.host)) {
         return sendJson(res, 403, { error: `${url.hostname.slice(0, 100)} is not this machine` });
       }
       if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -214,7 +232,7 @@ async function main(argv) {
   if (!existsSync(join(dataDir, 'events', 'events.db'))) throw new UsageError(`no world at ${dataDir} (use --data-dir to point at one)`);
   const lib = require('..');
   const world = lib.localWorld({ dataDir, readOnly: true });
-  const server = createServer(lib, world, { loopbackOnly: isLoopbackName(host) });
+  const server = createServer(lib, world);
   await new Promise((res, rej) => server.once('error', rej).listen(port, host, res));
   const addr = server.address();
   process.stdout.write(`little serve: http://${host.includes(':') ? `[${host}]` : host}:${addr.port}/ (world ${dataDir})\n`);

@@ -213,6 +213,18 @@ impl WorldError {
         self
     }
 
+    /// Whether this is an error of the moment on this machine (out of file descriptors or memory,
+    /// interrupted, busy) rather than of what was read: the same read may well succeed later.
+    pub fn is_transient(&self) -> bool {
+        let WorldError::Io { source, .. } = self else {
+            return false;
+        };
+        matches!(
+            source.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EINTR | libc::EAGAIN | libc::EBUSY)
+        )
+    }
+
     /// An I/O error with what was being done and where.
     pub fn io(context: impl Into<String>, path: Option<PathBuf>, source: std::io::Error) -> Self {
         WorldError::Io {

@@ -87,13 +87,8 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
     };
     for id in &to_check {
         if let Err(e) = artifacts.read(id) {
-            let kind = match e.code() {
-                "ARTIFACT_NOT_FOUND" => continue, // reported above
-                "ARTIFACT_HASH_MISMATCH" => "artifact-hash",
-                "ARTIFACT_MANIFEST_CORRUPT" => "artifact-manifest",
-                // One unreadable artifact used to end verify there, hiding every other problem.
-                "WORLD_IO" => "artifact-unreadable",
-                _ => "artifact-integrity",
+            let Some(kind) = artifact_problem(&e)? else {
+                continue; // reported above
             };
             problems.push(Problem {
                 kind,
@@ -182,4 +177,20 @@ fn collect_refs(v: &Value, out: &mut BTreeSet<String>) {
         Value::Object(m) => m.values().for_each(|x| collect_refs(x, out)),
         _ => {}
     }
+}
+
+/// The kind of problem an artifact that could not be read has, if it is one to report here. An
+/// error of this machine rather than of the artifact (out of file descriptors or memory, a
+/// signal) is verify's own and ends it: reported as the artifact's, it read as damage that was not
+/// there, which a second run did not find.
+pub(crate) fn artifact_problem(e: &WorldError) -> Result<Option<&'static str>> {
+    Ok(Some(match e.code() {
+        "ARTIFACT_NOT_FOUND" => return Ok(None),
+        "ARTIFACT_HASH_MISMATCH" => "artifact-hash",
+        "ARTIFACT_MANIFEST_CORRUPT" => "artifact-manifest",
+        "WORLD_IO" if e.is_transient() => return Err(e.clone()),
+        // One unreadable artifact used to end verify there, hiding every other problem.
+        "WORLD_IO" => "artifact-unreadable",
+        _ => "artifact-integrity",
+    }))
 }

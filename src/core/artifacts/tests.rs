@@ -335,3 +335,20 @@ fn verify_reports_an_unreadable_artifact_and_goes_on() {
     assert_eq!(kinds, expected);
     assert!(!report.ok);
 }
+
+/// An error of the machine (out of file descriptors, memory) ends verify as its own error; one of
+/// the artifact (permissions, a symlink loop, I/O) is the artifact's problem. Counted as the
+/// artifact's, "too many open files" read as damage that a second run did not find.
+#[test]
+fn verify_ends_on_an_error_of_the_machine_and_reports_one_of_the_artifact() {
+    use crate::core::verify::artifact_problem;
+    let io = |errno| WorldError::io("opening a blob", None, std::io::Error::from_raw_os_error(errno));
+    for errno in [libc::EMFILE, libc::ENFILE, libc::ENOMEM, libc::EINTR] {
+        let err = artifact_problem(&io(errno)).unwrap_err();
+        assert_eq!(err.code(), "WORLD_IO");
+    }
+    for errno in [libc::EACCES, libc::ELOOP, libc::EIO] {
+        assert_eq!(artifact_problem(&io(errno)).unwrap(), Some("artifact-unreadable"));
+    }
+    assert_eq!(artifact_problem(&not_found("art_x")).unwrap(), None);
+}

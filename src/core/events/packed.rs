@@ -78,10 +78,10 @@ fn list_packed_in_parts(
 
 /// [`list_packed`] of about `max_units` UTF-16 code units of text (the length of the parts' text
 /// in JavaScript): whole rows, at least one, ending with the first row that reaches it, so a
-/// listing with at least `max_units` of text may have more rows after it. Read in chunks of rows
-/// that double from one, so what is read past the budget is at most what was read before it,
-/// however large the rows: a live tail of a run of large events would otherwise hold a whole
-/// page of them.
+/// listing with at least `max_units` of text may have more rows after it. Read one row first,
+/// then in chunks of as many rows as would fill the rest of the budget at the rows' average size
+/// so far (and one more): small rows take two queries, and large ones are not read far past the
+/// budget (a live tail of a run of large events would otherwise hold a whole page of them).
 pub fn list_packed_within(
     reader: &dyn LogReader,
     run_id: &str,
@@ -90,7 +90,7 @@ pub fn list_packed_within(
     max_units: usize,
 ) -> Result<Vec<Packed>> {
     let mut packer = Packer::new(Some(limit.unwrap_or(64).min(64)), PART_MAX);
-    let (mut after, mut left, mut chunk) = (after, limit, 1u64);
+    let (mut after, mut left, mut chunk, mut rows) = (after, limit, 1u64, 0u64);
     loop {
         let take = left.map_or(chunk, |l| l.min(chunk));
         let mut read = 0;
@@ -106,7 +106,9 @@ pub fn list_packed_within(
         if read < take || packer.units >= max_units || left == Some(0) {
             return Ok(packer.finish());
         }
-        chunk = chunk.saturating_mul(2);
+        rows += read;
+        let average = (packer.units as u64 / rows).max(1);
+        chunk = (max_units - packer.units) as u64 / average + 1;
     }
 }
 
@@ -367,5 +369,75 @@ mod tests {
             seen.extend(rows);
         }
         assert_eq!(seen, (1..=20).map(|s| s as f64).collect::<Vec<_>>());
+    }
+
+    /// A reader that counts the queries made of it.
+    struct Counting<'a>(&'a dyn LogReader, std::sync::atomic::AtomicUsize);
+
+    impl LogReader for Counting<'_> {
+        fn rows(
+            &self,
+            run_id: &str,
+            after: u64,
+            limit: Option<u64>,
+            sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
+        ) -> Result<()> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.rows(run_id, after, limit, sink)
+        }
+        fn streams(&self) -> Result<Vec<crate::core::store::StreamSummary>> {
+            self.0.streams()
+        }
+        fn last_sequence(&self, run_id: &str) -> Result<u64> {
+            self.0.last_sequence(run_id)
+        }
+        fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<crate::core::store::KeyedEvent>> {
+            self.0.find_by_key(run_id, key)
+        }
+    }
+
+    #[test]
+    fn a_listing_within_a_budget_reads_about_what_it_returns_in_few_queries() {
+        use crate::core::store::{memory::MemoryLog, LogWriter};
+        let mut log = MemoryLog::new();
+        let envelopes: Vec<String> = (1..=300u64)
+            .map(|s| {
+                let n = if s <= 200 { 10 } else { 10_000 };
+                format!(
+                    r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"run_q","sequence":{s},"type":"t"}}"#,
+                    "x".repeat(n)
+                )
+            })
+            .collect();
+        log.transaction(&mut |tx| {
+            for (i, envelope) in envelopes.iter().enumerate() {
+                tx.insert(&RowRef {
+                    run_id: "run_q",
+                    sequence: i as u64 + 1,
+                    event_id: &format!("evt_{:016}", i + 1),
+                    event_type: "t",
+                    key: None,
+                    digest: None,
+                    recorded_at: "2026-01-01T00:00:00.000Z",
+                    envelope,
+                })?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let counting = Counting(&log, Default::default());
+        let page = |after: u64, max: usize| {
+            counting.1.store(0, std::sync::atomic::Ordering::Relaxed);
+            let parts = list_packed_within(&counting, "run_q", after, Some(256), max).unwrap();
+            (
+                parts[0].table.len() / STRIDE,
+                counting.1.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        };
+        // Small rows: one row, then the rest of the page at once.
+        assert_eq!(page(0, 1 << 22), (200 + 56, 2));
+        // Large rows (about 10,000 units each): a budget of 30,000 takes three, read as one and then
+        // two more, not a page of 256.
+        assert_eq!(page(200, 30_000), (3, 2));
     }
 }

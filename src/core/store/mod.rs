@@ -244,6 +244,26 @@ mod tests {
     }
 
     #[test]
+    fn sqlite_an_append_after_a_newer_version_upgraded_the_world_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, _reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
+        let mut append = |sequence: u64| writer.transaction(&mut |tx| tx.insert(&row(sequence, None, "e")));
+        append(1).unwrap();
+        // What a later version's upgrade does to the fence, from another connection.
+        let other = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+        other
+            .execute_batch(
+                "DROP TRIGGER events_writer;
+                 CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(5)
+                 BEGIN SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version'); END;",
+            )
+            .unwrap();
+        let err = append(2).unwrap_err();
+        assert_eq!(err.code(), "WORLD_PATH", "{err}");
+        assert!(err.to_string().contains("upgraded by a newer version"), "{err}");
+    }
+
+    #[test]
     fn memory_a_refused_insert_leaves_the_transaction_going() {
         let log = memory::MemoryLog::new();
         a_refused_insert_leaves_the_transaction_going(&mut log.clone(), &log);

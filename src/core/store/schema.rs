@@ -184,15 +184,18 @@ fn stored_rows(
 }
 
 /// Fill `terminals` from the rows already stored: a stream's first end and each node's first
-/// terminal, by the rules an append is held to ([`run_events::terminal`]). A row an earlier
-/// version stored as a plain fact that those rules refuse (a `node:completed` without a
-/// `nodeId`, a `session:cancelled` in a run) ends nothing: taken for the run's end, it refused
-/// every later append to a run that reads as running.
+/// terminal, by the rules an append is held to (the event validates for its stream, and
+/// [`run_events::terminal`]). A row an earlier version stored as a plain fact that those rules
+/// refuse (a `run:completed` without its fields, a `node:completed` without a `nodeId`, a
+/// `session:cancelled` in a run) ends nothing: taken for the run's end, it refused every later
+/// append to a run that reads as running.
 fn backfill_terminals(conn: &Connection) -> rusqlite::Result<()> {
     let mut insert =
         conn.prepare("INSERT OR IGNORE INTO terminals (run_id, node_id, sequence, type) VALUES (?1, ?2, ?3, ?4)")?;
     stored_rows(conn, run_events::TERMINAL_TYPES, |run, sequence, t, payload| {
-        if let Some(node) = run_events::terminal(stream_of(&run), &t, &payload) {
+        let stream = stream_of(&run);
+        let valid = run_events::validate_event(stream, &t, &payload).is_ok();
+        if let Some(node) = run_events::terminal(stream, &t, &payload).filter(|_| valid) {
             insert.execute(rusqlite::params![run, node, sequence as i64, t])?;
         }
         Ok(())
@@ -277,11 +280,12 @@ mod tests {
         // deeper, past what SQLite's JSON functions read), and rows an earlier version stored as
         // plain facts that an append now refuses: neither may end a run.
         let deep = format!("{}{}", "[".repeat(999), "]".repeat(999));
+        let done = |node: &str| format!(r#""durationMs":5,"nodeId":"{node}","tokensUsed":{{"input":1,"output":1}}"#);
         let mut conn = schema_1_world(&[
             (
                 "run_deep",
                 "node:completed",
-                format!(r#"{{"nodeId":"n1","output":{deep}}}"#),
+                format!(r#"{{{},"output":{deep}}}"#, done("n1")),
             ),
             (
                 "run_deep",
@@ -293,13 +297,18 @@ mod tests {
                 "budget:estimate_released",
                 r#"{"model":"m","releasedMicrocents":200}"#.into(),
             ),
-            ("run_misfiled", "node:completed", r#"{"nodeId":""}"#.into()),
+            ("run_misfiled", "node:completed", format!("{{{}}}", done(""))),
             ("run_misfiled", "node:failed", r#"{"nodeId":7}"#.into()),
             ("run_misfiled", "session:cancelled", "{}".into()),
-            ("run_ended", "run:completed", "{}".into()),
-            ("run_ended", "run:failed", "{}".into()),
+            (
+                "run_misfiled",
+                "run:completed",
+                r#"{"note":"a plain fact then, without the fields of one now"}"#.into(),
+            ),
+            ("run_ended", "run:cancelled", "{}".into()),
+            ("run_ended", "run:cancelled", r#"{"cumulativeCostMicrocents":1}"#.into()),
             ("ses_s", "session:cancelled", "{}".into()),
-            ("ses_s", "node:completed", r#"{"nodeId":"n2"}"#.into()),
+            ("ses_s", "node:completed", format!("{{{}}}", done("n2"))),
         ]);
         migrate(&mut conn, "x").unwrap();
         assert_eq!(pragma_i32(&conn, "user_version").unwrap(), SCHEMA_VERSION);
@@ -310,8 +319,8 @@ mod tests {
             ),
             [
                 "run_deep n1 1 node:completed",
-                "run_ended  7 run:completed",
-                "ses_s  9 session:cancelled"
+                "run_ended  8 run:cancelled",
+                "ses_s  10 session:cancelled"
             ]
         );
         assert_eq!(

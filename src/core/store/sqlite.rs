@@ -559,6 +559,16 @@ impl LogTx for SqliteTx<'_> {
                 ])
             })
             .map_err(|e| match &e {
+                // The schema's fence (see `schema::fence_writer`): a newer version upgraded the
+                // world under this open one.
+                rusqlite::Error::SqliteFailure(f, _) if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_TRIGGER => {
+                    WorldError::Path {
+                        message: format!(
+                            "{}: the world was upgraded by a newer version of @little-workflow/world while this one had it open, so this version may not append to it any more; append with that version",
+                            self.conn.path().unwrap_or("the event store")
+                        ),
+                    }
+                }
                 rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
                     WorldError::RuntimeIntegrity {
                         reason: format!(
