@@ -304,10 +304,10 @@ export interface VirtualWorldOptions {
 }
 
 /**
- * Wakes a live subscription: given a stream id, only one of that stream (copies of this module of
+ * Wakes a live subscription: given stream ids, only one of those streams (copies of this module of
  * earlier versions call it with none, and wake them all).
  */
-type Waker = (streamId?: string) => void;
+type Waker = (streams?: string | ReadonlySet<string>) => void;
 
 /**
  * The native handle of each open world, and the wakers of its live subscriptions (called after each
@@ -387,10 +387,10 @@ function claimDir(world: World, dir: string): void {
   });
 }
 
-/** Wake the world's subscriptions of `streamId`, or all of them. */
-function wakeSubscribers(world: World, streamId?: string): void {
+/** Wake the world's subscriptions of `streams` (one id, or several), or all of them. */
+function wakeSubscribers(world: World, streams?: string | ReadonlySet<string>): void {
   const set = wakers.get(world);
-  if (set) for (const wake of [...set]) wake(streamId);
+  if (set) for (const wake of [...set]) wake(streams);
 }
 
 class OpenWorld implements World {
@@ -1185,7 +1185,9 @@ const WATCH_LATE_MS = [20, 80, 400];
  */
 function liveView(world: World, handle: NativeWorld): Live | undefined {
   const dataDir = world.dataDir;
-  if (dataDir === undefined) return undefined;
+  // A world opened by an earlier copy of this package (see `shared`) has a handle without
+  // `changes`: its subscribers poll their streams themselves, as that copy's do.
+  if (dataDir === undefined || typeof (handle as { changes?: unknown }).changes !== 'function') return undefined;
   const existing = watchers.get(world);
   if (existing !== undefined) return existing;
   let mark: number | undefined;
@@ -1213,7 +1215,9 @@ function liveView(world: World, handle: NativeWorld): Live | undefined {
       return;
     }
     looking = true;
-    handle.changes(mark).then(
+    // Called inside a promise: a throw (by a native handle of an earlier copy of this package,
+    // which has no `changes`) fails the look rather than leaving it in progress for ever.
+    Promise.resolve(mark).then((since) => handle.changes(since)).then(
       (text) => {
         const c = JSON.parse(text) as { mark: number; streams: string[] | null };
         const first = mark === undefined;
@@ -1224,8 +1228,8 @@ function liveView(world: World, handle: NativeWorld): Live | undefined {
           markTaken();
         } else if (first || c.streams === null) {
           wakeSubscribers(world); // a first look that failed left no mark: anything may have changed
-        } else {
-          for (const s of c.streams) wakeSubscribers(world, s);
+        } else if (c.streams.length > 0) {
+          wakeSubscribers(world, new Set(c.streams));
         }
       },
       () => {
@@ -1373,11 +1377,13 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
   private unwatch: (() => void) | undefined;
   /** The world's live view, while this uses it (none for a virtual world). */
   private live: Live | undefined;
+  /** Ends a wait for the live view's mark. */
+  private unready: (() => void) | undefined;
   private unlisten: (() => void) | undefined;
   /** Serializes `next()` calls, as a generator does. */
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly waker: Waker = (streamId) => {
-    if (streamId !== undefined && streamId !== this.streamId) return;
+  private readonly waker: Waker = (streams) => {
+    if (typeof streams === 'string' ? streams !== this.streamId : streams !== undefined && !streams.has(this.streamId)) return;
     if (this.handle?.closed) this.finish();
     else if (this.wake) this.wake();
     else this.woken = true;
@@ -1450,6 +1456,19 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     this.unwatch?.();
     this.unlisten?.();
     this.wake?.();
+    this.unready?.();
+  }
+
+  /** Until the live view has its mark, or this ends (a wake meanwhile is remembered, not acted on). */
+  private untilReady(live: Live): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        this.unready = undefined;
+        resolve();
+      };
+      this.unready = done;
+      live.ready.then(done, done);
+    });
   }
 
   private async pull(): Promise<IteratorResult<EventEnvelope, void>> {
@@ -1473,7 +1492,7 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
         if (this.readOnce && !this.lastPageFull && !this.woken) await this.waitForWake();
         // The first read only once the live view has its mark: a commit after the read is then one
         // its next look finds.
-        else if (!this.readOnce && this.live !== undefined) await this.live.ready;
+        else if (!this.readOnce && this.live !== undefined) await this.untilReady(this.live);
         if (this.finished) return DONE;
         this.woken = false;
         this.readOnce = true;
@@ -1499,12 +1518,13 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
 
   /**
    * Until woken: by an append here, by the live view (a commit of another process), an abort or a
-   * close; for a virtual world, also by its poll.
+   * close; without a live view (a virtual world, or one an earlier copy of this package opened),
+   * also by its own poll.
    */
   private waitForWake(): Promise<void> {
     return new Promise<void>((resolve) => {
       const live = this.live;
-      const timer = live === undefined ? setTimeout(done, VIRTUAL_POLL_MS) : undefined;
+      const timer = live === undefined ? setTimeout(done, this.world.dataDir === undefined ? VIRTUAL_POLL_MS : SUBSCRIBE_POLL_MS) : undefined;
       if (live !== undefined && live.waiting++ === 0) live.keepAlive();
       const self = this;
       function done() {

@@ -200,6 +200,61 @@ describe('subscribe', () => {
     }
   });
 
+  // The registry of native handles is shared by the copies of this package in a process, and a
+  // world opened by an earlier copy has a handle without `changes`: its first subscription threw,
+  // and every later one waited for ever.
+  it('delivers from a world whose native handle cannot say what changed (an earlier copy\'s)', async () => {
+    const dataDir = tempDir();
+    const reader = track(localWorld({ dataDir }));
+    const writer = track(localWorld({ dataDir }));
+    const native = (globalThis as Record<symbol, { natives: WeakMap<World, Record<string, unknown>> }>)[Symbol.for('@little-workflow/world:worlds')].natives.get(reader)!;
+    native.changes = undefined;
+    try {
+      await appendEvent(reader, 'run_old', step(1));
+      for (let round = 0; round < 2; round++) {
+        const it = subscribe(reader, 'run_old')[Symbol.asyncIterator]();
+        expect(((await it.next()).value as EventEnvelope).sequence).toBe(1);
+        const next = it.next();
+        await appendEvent(writer, 'run_old', step(2 + round)); // "another process": found by the poll
+        const got = ((await next).value as EventEnvelope).sequence;
+        expect(got).toBe(2);
+        await it.return?.();
+      }
+    } finally {
+      delete native.changes;
+    }
+  });
+
+  it('ends at return() while its first read waits for the world\'s first look', async () => {
+    const world = track(localWorld({ dataDir: tempDir() }));
+    await appendEvent(world, 'run_slow', step(1));
+    const native = (globalThis as Record<symbol, { natives: WeakMap<World, Record<string, unknown>> }>)[Symbol.for('@little-workflow/world:worlds')].natives.get(world)!;
+    const changes = native.changes as (...args: unknown[]) => Promise<string>;
+    let looked = false;
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    native.changes = function (this: unknown, ...args: unknown[]) {
+      return held.then(() => changes.apply(this, args)).finally(() => (looked = true));
+    };
+    try {
+      // Another subscription keeps the world's live view (and its look) going.
+      const other = subscribe(world, 'run_slow')[Symbol.asyncIterator]();
+      const its = other.next();
+      const it = subscribe(world, 'run_slow')[Symbol.asyncIterator]();
+      const first = it.next();
+      await new Promise((r) => setTimeout(r, 50));
+      await it.return?.();
+      expect(await first).toEqual({ done: true, value: undefined });
+      expect(looked).toBe(false);
+      release();
+      expect(((await its).value as EventEnvelope).sequence).toBe(1);
+      await other.return?.();
+    } finally {
+      release();
+      delete native.changes;
+    }
+  });
+
   it('shares one listener of a signal among the subscriptions it ends (Node warned of a leak at 11)', async () => {
     const world = track(virtualWorld());
     await appendEvent(world, 'run_signal', step(1));
