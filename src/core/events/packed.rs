@@ -80,8 +80,10 @@ fn list_packed_in_parts(
 /// in JavaScript): whole rows, at least one, ending with the first row that reaches it, so a
 /// listing with at least `max_units` of text may have more rows after it. Read one row first,
 /// then in chunks of as many rows as would fill the rest of the budget at the rows' average size
-/// so far (and one more): small rows take two queries, and large ones are not read far past the
-/// budget (a live tail of a run of large events would otherwise hold a whole page of them).
+/// so far (and one more), but at most 8 times the rows read so far: a page of small rows takes 4
+/// queries, and rows past the budget, which SQLite reads whole though they are left for the next
+/// page, are at most 8 times those kept however sizes vary (a small row and then large ones read
+/// 255 rows to keep 5). By count alone, a live tail of a run of large events held a whole page.
 pub fn list_packed_within(
     reader: &dyn LogReader,
     run_id: &str,
@@ -108,7 +110,7 @@ pub fn list_packed_within(
         }
         rows += read;
         let average = (packer.units as u64 / rows).max(1);
-        chunk = (max_units - packer.units) as u64 / average + 1;
+        chunk = ((max_units - packer.units) as u64 / average + 1).min(rows.saturating_mul(8));
     }
 }
 
@@ -371,8 +373,12 @@ mod tests {
         assert_eq!(seen, (1..=20).map(|s| s as f64).collect::<Vec<_>>());
     }
 
-    /// A reader that counts the queries made of it.
-    struct Counting<'a>(&'a dyn LogReader, std::sync::atomic::AtomicUsize);
+    /// A reader that counts the queries made of it, and the rows it reads.
+    struct Counting<'a>(
+        &'a dyn LogReader,
+        std::sync::atomic::AtomicUsize,
+        std::sync::atomic::AtomicUsize,
+    );
 
     impl LogReader for Counting<'_> {
         fn rows(
@@ -383,7 +389,10 @@ mod tests {
             sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
         ) -> Result<()> {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.0.rows(run_id, after, limit, sink)
+            self.0.rows(run_id, after, limit, &mut |row| {
+                self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                sink(row)
+            })
         }
         fn streams(&self) -> Result<Vec<crate::core::store::StreamSummary>> {
             self.0.streams()
@@ -425,19 +434,25 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        let counting = Counting(&log, Default::default());
+        let counting = Counting(&log, Default::default(), Default::default());
         let page = |after: u64, max: usize| {
             counting.1.store(0, std::sync::atomic::Ordering::Relaxed);
+            counting.2.store(0, std::sync::atomic::Ordering::Relaxed);
             let parts = list_packed_within(&counting, "run_q", after, Some(256), max).unwrap();
             (
                 parts[0].table.len() / STRIDE,
                 counting.1.load(std::sync::atomic::Ordering::Relaxed),
             )
         };
-        // Small rows: one row, then the rest of the page at once.
-        assert_eq!(page(0, 1 << 22), (200 + 56, 2));
+        // Small rows: one row, then 8, 72 and the rest of the page.
+        assert_eq!(page(0, 1 << 22), (200 + 56, 4));
         // Large rows (about 10,000 units each): a budget of 30,000 takes three, read as one and then
         // two more, not a page of 256.
         assert_eq!(page(200, 30_000), (3, 2));
+        assert_eq!(counting.2.load(std::sync::atomic::Ordering::Relaxed), 3);
+        // A small row and then large ones: at most 8 rows read past the one kept before them (the
+        // average of the first row alone said over 500 more would fit).
+        assert_eq!(page(199, 30_000), (4, 2));
+        assert!(counting.2.load(std::sync::atomic::Ordering::Relaxed) <= 9);
     }
 }

@@ -8,8 +8,8 @@
 //! refused with a clear error instead of being written to.
 //!
 //! Rows stored before a step are folded into its tables in Rust ([`backfill_terminals`],
-//! [`backfill_estimates`]), by the rules an append is held to: SQLite's JSON functions stop at
-//! 1,000 levels, one short of an envelope around a payload nested as deep as a payload may be.
+//! [`backfill_estimates`]), as the reads see them: SQLite's JSON functions stop at 1,000 levels,
+//! one short of an envelope around a payload nested as deep as a payload may be.
 //!
 //! Since schema 4, every insert into `events` must come from a writer of this schema (see
 //! [`fence_writer`]): a process of an earlier version that already had the world open when it was
@@ -184,17 +184,19 @@ fn stored_rows(
 }
 
 /// Fill `terminals` from the rows already stored: a stream's first end and each node's first
-/// terminal, by the rules an append is held to (the event validates for its stream, and
-/// [`run_events::terminal`]). A row an earlier version stored as a plain fact that those rules
-/// refuse (a `run:completed` without its fields, a `node:completed` without a `nodeId`, a
-/// `session:cancelled` in a run) ends nothing: taken for the run's end, it refused every later
-/// append to a run that reads as running.
+/// terminal, where the reads see one: the row's body validates for its stream as the reads check
+/// it ([`run_events::validate_body`], which screens no credential and no envelope field, as an
+/// append does), and [`run_events::terminal`]. A row an earlier version stored as a plain fact that
+/// the reads refuse (a `run:completed` without its fields, a `node:completed` without a `nodeId`,
+/// a `session:cancelled` in a run) ends nothing: taken for the run's end, it refused every later
+/// append to a run that reads as running. One the reads take for the end must end it: an append
+/// after it was accepted, and the run could not be read again.
 fn backfill_terminals(conn: &Connection) -> rusqlite::Result<()> {
     let mut insert =
         conn.prepare("INSERT OR IGNORE INTO terminals (run_id, node_id, sequence, type) VALUES (?1, ?2, ?3, ?4)")?;
     stored_rows(conn, run_events::TERMINAL_TYPES, |run, sequence, t, payload| {
         let stream = stream_of(&run);
-        let valid = run_events::validate_event(stream, &t, &payload).is_ok();
+        let valid = run_events::validate_body(stream, &t, &payload).is_ok();
         if let Some(node) = run_events::terminal(stream, &t, &payload).filter(|_| valid) {
             insert.execute(rusqlite::params![run, node, sequence as i64, t])?;
         }
@@ -275,11 +277,12 @@ mod tests {
     }
 
     #[test]
-    fn stored_rows_are_backfilled_by_the_rules_of_an_append_however_deep() {
+    fn stored_rows_are_backfilled_as_the_reads_see_them_however_deep() {
         // Payloads nested to the 1,000 levels an append accepts (the envelope around them is one
-        // deeper, past what SQLite's JSON functions read), and rows an earlier version stored as
-        // plain facts that an append now refuses: neither may end a run.
+        // deeper, past what SQLite's JSON functions read); rows an earlier version stored as plain
+        // facts that the reads refuse, which may not end a run; and ends the reads take for ends.
         let deep = format!("{}{}", "[".repeat(999), "]".repeat(999));
+        let completed = r#""durationMs":1,"totalCostMicrocents":0,"totalTokensUsed":{"input":1,"output":1}"#;
         let done = |node: &str| format!(r#""durationMs":5,"nodeId":"{node}","tokensUsed":{{"input":1,"output":1}}"#);
         let mut conn = schema_1_world(&[
             (
@@ -305,6 +308,21 @@ mod tests {
                 "run:completed",
                 r#"{"note":"a plain fact then, without the fields of one now"}"#.into(),
             ),
+            // Whole ends the reads take for ends, though an append now refuses them (a string that
+            // looks like a credential, a field the envelope stamps).
+            (
+                "run_secret",
+                "run:completed",
+                format!(
+                    r#"{{{completed},"outputs":{{"log":"sk-ant-api03-{}"}}}}"#,
+                    "A".repeat(90)
+                ),
+            ),
+            (
+                "run_stamped",
+                "run:completed",
+                format!(r#"{{{completed},"outputs":{{}},"timestamp":"2026-01-01T00:00:00.000Z"}}"#),
+            ),
             ("run_ended", "run:cancelled", "{}".into()),
             ("run_ended", "run:cancelled", r#"{"cumulativeCostMicrocents":1}"#.into()),
             ("ses_s", "session:cancelled", "{}".into()),
@@ -319,8 +337,10 @@ mod tests {
             ),
             [
                 "run_deep n1 1 node:completed",
-                "run_ended  8 run:cancelled",
-                "ses_s  10 session:cancelled"
+                "run_ended  10 run:cancelled",
+                "run_secret  8 run:completed",
+                "run_stamped  9 run:completed",
+                "ses_s  12 session:cancelled"
             ]
         );
         assert_eq!(
