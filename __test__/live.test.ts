@@ -13,6 +13,15 @@ import { createServer } from '../server/serve.js';
 
 const step = (i: number) => ({ type: 'StepStarted', payload: { stepPath: `s${i}` } });
 
+/**
+ * The native handle of a world, from the registry the copies of this package share on
+ * `globalThis`: its methods can be wrapped or hidden (as an earlier copy's handle lacks some).
+ */
+function nativeHandle(world: World): Record<string, unknown> {
+  const shared = (globalThis as Record<symbol, { natives: WeakMap<World, Record<string, unknown>> }>)[Symbol.for('@little-workflow/world:worlds')];
+  return shared.natives.get(world)!;
+}
+
 async function take(it: AsyncIterator<EventEnvelope>, n: number): Promise<EventEnvelope[]> {
   const out: EventEnvelope[] = [];
   while (out.length < n) {
@@ -176,7 +185,7 @@ describe('subscribe', () => {
     // Another world on the directory stands for another process.
     const writer = track(localWorld({ dataDir, durability: 'normal' }));
     await appendEvent(writer, 'run_quiet', step(1));
-    const native = (globalThis as Record<symbol, { natives: WeakMap<World, Record<string, unknown>> }>)[Symbol.for('@little-workflow/world:worlds')].natives.get(reader)!;
+    const native = nativeHandle(reader);
     const reads: string[] = [];
     const listPacked = native.listPacked as (runId: string, ...rest: unknown[]) => Promise<unknown>;
     native.listPacked = function (this: unknown, runId: string, ...rest: unknown[]) {
@@ -207,7 +216,7 @@ describe('subscribe', () => {
     const dataDir = tempDir();
     const reader = track(localWorld({ dataDir }));
     const writer = track(localWorld({ dataDir }));
-    const native = (globalThis as Record<symbol, { natives: WeakMap<World, Record<string, unknown>> }>)[Symbol.for('@little-workflow/world:worlds')].natives.get(reader)!;
+    const native = nativeHandle(reader);
     native.changes = undefined;
     try {
       await appendEvent(reader, 'run_old', step(1));
@@ -228,7 +237,7 @@ describe('subscribe', () => {
   it('ends at return() while its first read waits for the world\'s first look', async () => {
     const world = track(localWorld({ dataDir: tempDir() }));
     await appendEvent(world, 'run_slow', step(1));
-    const native = (globalThis as Record<symbol, { natives: WeakMap<World, Record<string, unknown>> }>)[Symbol.for('@little-workflow/world:worlds')].natives.get(world)!;
+    const native = nativeHandle(world);
     const changes = native.changes as (...args: unknown[]) => Promise<string>;
     let looked = false;
     let release!: () => void;

@@ -252,34 +252,37 @@ mod tests {
         assert_eq!(utf16_len("é😀"), 3);
     }
 
-    #[test]
-    fn a_listing_too_long_for_one_string_comes_in_parts_of_whole_rows() {
-        use crate::core::store::{memory::MemoryLog, LogWriter};
-        let mut log = MemoryLog::new();
-        let envelopes: Vec<String> = (1..=10u64)
-            .map(|s| {
-                format!(
-                    r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"run_p","sequence":{s},"type":"t"}}"#,
-                    "é".repeat(s as usize * 10)
-                )
-            })
-            .collect();
+    /// A memory log holding `run`'s rows 1 ..= `rows`, of type `t`, each with the payload
+    /// `{"n": text(sequence)}`.
+    fn log_of(run: &str, rows: u64, text: impl Fn(u64) -> String) -> crate::core::store::memory::MemoryLog {
+        use crate::core::store::LogWriter;
+        let mut log = crate::core::store::memory::MemoryLog::new();
         log.transaction(&mut |tx| {
-            for (i, envelope) in envelopes.iter().enumerate() {
+            for s in 1..=rows {
+                let envelope = format!(
+                    r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"{run}","sequence":{s},"type":"t"}}"#,
+                    text(s)
+                );
                 tx.insert(&RowRef {
-                    run_id: "run_p",
-                    sequence: i as u64 + 1,
-                    event_id: &format!("evt_{:016}", i + 1),
+                    run_id: run,
+                    sequence: s,
+                    event_id: &format!("evt_{s:016}"),
                     event_type: "t",
                     key: None,
                     digest: None,
                     recorded_at: "2026-01-01T00:00:00.000Z",
-                    envelope,
+                    envelope: &envelope,
                 })?;
             }
             Ok(())
         })
         .unwrap();
+        log
+    }
+
+    #[test]
+    fn a_listing_too_long_for_one_string_comes_in_parts_of_whole_rows() {
+        let log = log_of("run_p", 10, |s| "é".repeat(s as usize * 10));
         let whole = list_packed_in_parts(&log, "run_p", 0, None, usize::MAX).unwrap();
         assert_eq!(whole.len(), 1);
         let parts = list_packed_in_parts(&log, "run_p", 0, None, 300).unwrap();
@@ -314,33 +317,8 @@ mod tests {
 
     #[test]
     fn a_listing_within_a_budget_ends_with_the_row_that_reaches_it() {
-        use crate::core::store::{memory::MemoryLog, LogWriter};
-        let mut log = MemoryLog::new();
         // Rows whose payloads are 10, 20, ... 200 characters long.
-        let envelopes: Vec<String> = (1..=20u64)
-            .map(|s| {
-                format!(
-                    r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"run_w","sequence":{s},"type":"t"}}"#,
-                    "x".repeat(s as usize * 10 - 8)
-                )
-            })
-            .collect();
-        log.transaction(&mut |tx| {
-            for (i, envelope) in envelopes.iter().enumerate() {
-                tx.insert(&RowRef {
-                    run_id: "run_w",
-                    sequence: i as u64 + 1,
-                    event_id: &format!("evt_{:016}", i + 1),
-                    event_type: "t",
-                    key: None,
-                    digest: None,
-                    recorded_at: "2026-01-01T00:00:00.000Z",
-                    envelope,
-                })?;
-            }
-            Ok(())
-        })
-        .unwrap();
+        let log = log_of("run_w", 20, |s| "x".repeat(s as usize * 10 - 8));
         // Per row: the event id (20), recordedAt (24), type (1) and payload (10 * sequence).
         let text = |s: u64| 45 + 10 * s as usize;
         let listed = |after: u64, limit: Option<u64>, max: usize| -> (Vec<f64>, usize) {
@@ -407,33 +385,7 @@ mod tests {
 
     #[test]
     fn a_listing_within_a_budget_reads_about_what_it_returns_in_few_queries() {
-        use crate::core::store::{memory::MemoryLog, LogWriter};
-        let mut log = MemoryLog::new();
-        let envelopes: Vec<String> = (1..=300u64)
-            .map(|s| {
-                let n = if s <= 200 { 10 } else { 10_000 };
-                format!(
-                    r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"run_q","sequence":{s},"type":"t"}}"#,
-                    "x".repeat(n)
-                )
-            })
-            .collect();
-        log.transaction(&mut |tx| {
-            for (i, envelope) in envelopes.iter().enumerate() {
-                tx.insert(&RowRef {
-                    run_id: "run_q",
-                    sequence: i as u64 + 1,
-                    event_id: &format!("evt_{:016}", i + 1),
-                    event_type: "t",
-                    key: None,
-                    digest: None,
-                    recorded_at: "2026-01-01T00:00:00.000Z",
-                    envelope,
-                })?;
-            }
-            Ok(())
-        })
-        .unwrap();
+        let log = log_of("run_q", 300, |s| "x".repeat(if s <= 200 { 10 } else { 10_000 }));
         let counting = Counting(&log, Default::default(), Default::default());
         let page = |after: u64, max: usize| {
             counting.1.store(0, std::sync::atomic::Ordering::Relaxed);
