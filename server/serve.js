@@ -115,17 +115,18 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       if (guarded && host !== undefined && !isLoopbackHost(host)) {
         return sendJson(res, 403, { error: `Host ${JSON.stringify(host.slice(0, 100))} does not name this machine: this server answers localhost, 127.0.0.1 and [::1] (start it with --host to serve another address)` });
       }
+      // A path is appended to an origin rather than resolved against one: '//api/runs' is a
+      // path, not a host. An absolute URL (as a proxy sends) names its host itself.
+      const target = req.url ?? '/';
+      const absolute = !target.startsWith('/');
       let url;
       try {
-        // A path is appended to an origin rather than resolved against one: '//api/runs' is a
-        // path, not a host. An absolute URL (as a proxy sends) names its host itself.
-        const target = req.url ?? '/';
-        url = new URL(target.startsWith('/') ? `http://localhost${target}` : target);
+        url = new URL(absolute ? target : `http://localhost${target}`);
         if (url.protocol !== 'http:') throw new Error('not http');
       } catch {
         return sendJson(res, 400, { error: 'the request target is not a path' });
       }
-      if (guarded && !(req.url ?? '/').startsWith('/') && !isLoopbackHost(url.host)) {
+      if (guarded && absolute && !isLoopbackHost(url.host)) {
         return sendJson(res, 403, { error: `${url.hostname.slice(0, 100)} is not this machine` });
       }
       if (req.method !== 'GET' && req.method !== 'HEAD') {

@@ -426,8 +426,9 @@ impl World {
     }
 
     /// Committed envelopes of `run_id` after `after` (at most `limit`, and with `max_units` about
-    /// that many UTF-16 code units of text: see [`events::packed::list_packed_within`]), packed for JavaScript: completes with `[text, table, text, table,
-    /// ...]`, one pair per part (see [`events::packed`]).
+    /// that many UTF-16 code units of text: see [`events::packed::list_packed_within`]), packed
+    /// for JavaScript: completes with `[text, table, text, table, ...]`, one pair per part (see
+    /// [`events::packed`]).
     pub fn list_packed(
         &self,
         ticket: Ticket,
@@ -459,7 +460,6 @@ impl World {
     /// What was committed since `since` (see [`crate::core::store::LogReader::changes`]), as JSON:
     /// `{"mark":…,"streams":[…] or null}`.
     pub fn changes(&self, ticket: Ticket, since: Option<i64>) -> Result<()> {
-        self.ensure_open()?;
         let reader = self.inner.reader.clone();
         self.run(ticket, move || {
             let changes = reader.changes(since)?;

@@ -157,7 +157,8 @@ impl Packer {
             payload,
         ];
         let lens = pieces.map(utf16_len);
-        if self.at > 0 && self.at + lens.iter().sum::<usize>() > self.part_max {
+        let units = lens.iter().sum::<usize>();
+        if self.at > 0 && self.at + units > self.part_max {
             self.parts.push(Packed {
                 text: std::mem::take(&mut self.text),
                 table: std::mem::take(&mut self.table),
@@ -171,7 +172,7 @@ impl Packer {
             self.at += len;
         }
         self.table.push(self.at as f64);
-        self.units += lens.iter().sum::<usize>();
+        self.units += units;
         Ok(())
     }
 

@@ -137,6 +137,9 @@ pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
     // Again inside the transaction: another process may have migrated meanwhile (then the
     // transaction rolls back on drop), or a newer one upgraded it further.
     let current = check(&tx, db_path)?;
+    if current == SCHEMA_VERSION {
+        return Ok(());
+    }
     for (step, sql) in MIGRATIONS.iter().enumerate().skip(current.max(0) as usize) {
         let target = step as i32 + 1;
         tx.execute_batch(sql)
@@ -147,14 +150,11 @@ pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
             })
             .map_err(|e| WorldError::sqlite(format!("migrating to schema {target}"), e))?;
     }
-    if current < SCHEMA_VERSION {
-        tx.pragma_update(None, "application_id", APPLICATION_ID)
-            .and_then(|_| tx.pragma_update(None, "user_version", SCHEMA_VERSION))
-            .map_err(|e| WorldError::sqlite("recording the schema version", e))?;
-        tx.commit()
-            .map_err(|e| WorldError::sqlite(format!("committing schema {SCHEMA_VERSION}"), e))?;
-    }
-    Ok(())
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .and_then(|_| tx.pragma_update(None, "user_version", SCHEMA_VERSION))
+        .map_err(|e| WorldError::sqlite("recording the schema version", e))?;
+    tx.commit()
+        .map_err(|e| WorldError::sqlite(format!("committing schema {SCHEMA_VERSION}"), e))
 }
 
 /// The stored rows of the given types, in stream and sequence order, each with its payload
@@ -184,9 +184,9 @@ fn stored_rows(
 }
 
 /// Fill `terminals` from the rows already stored: a stream's first end and each node's first
-/// terminal, where the reads see one: the row's body validates for its stream as the reads check
-/// it ([`run_events::validate_body`], which screens no credential and no envelope field, as an
-/// append does), and [`run_events::terminal`]. A row an earlier version stored as a plain fact that
+/// terminal, where the reads see one: the row passes the reads' own check of a stored body
+/// ([`run_events::parse_stored`], which screens no credential and no envelope field, as an append
+/// does), and [`run_events::terminal`]. A row an earlier version stored as a plain fact that
 /// the reads refuse (a `run:completed` without its fields, a `node:completed` without a `nodeId`,
 /// a `session:cancelled` in a run) ends nothing: taken for the run's end, it refused every later
 /// append to a run that reads as running. One the reads take for the end must end it: an append
@@ -196,7 +196,7 @@ fn backfill_terminals(conn: &Connection) -> rusqlite::Result<()> {
         conn.prepare("INSERT OR IGNORE INTO terminals (run_id, node_id, sequence, type) VALUES (?1, ?2, ?3, ?4)")?;
     stored_rows(conn, run_events::TERMINAL_TYPES, |run, sequence, t, payload| {
         let stream = stream_of(&run);
-        let valid = run_events::validate_body(stream, &t, &payload).is_ok();
+        let valid = matches!(run_events::parse_stored(stream, &t, &payload), Ok(Some(())));
         if let Some(node) = run_events::terminal(stream, &t, &payload).filter(|_| valid) {
             insert.execute(rusqlite::params![run, node, sequence as i64, t])?;
         }
