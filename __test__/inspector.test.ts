@@ -38,7 +38,8 @@ afterAll(async () => {
   await browser?.close();
   for (const c of server?.openStreams ?? []) c.abort();
   server?.closeAllConnections();
-  await new Promise((r) => server?.close(r));
+  // Without a server (Chromium missing) there is nothing to wait for, and nothing would call r.
+  if (server) await new Promise((r) => server.close(r));
   await world?.close();
   rmSync(dataDir, { recursive: true, force: true });
 });

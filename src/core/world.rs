@@ -11,6 +11,9 @@
 //!
 //! The writer drains everything queued into one transaction (group commit), so under load one
 //! fsync covers many appends. Order is kept end to end: appends to a run commit in call order.
+//! A small append that its caller waits for alone may skip both threads: prepared and, where
+//! the store can commit it without waiting, committed on the caller's thread
+//! ([`World::append_awaited`]).
 //! Reads go to the shared [`Pool`] with their own connections and never wait for the writer.
 
 use crate::core::artifacts::{ArtifactStore, Data, Encoding, NewArtifact};
@@ -126,11 +129,16 @@ struct Inner {
     outer_loops: Arc<OuterLoops>,
     pricing: Arc<Pricing>,
     completer: Arc<dyn Completer>,
+    /// The event store's writer: the writer thread's, lent to a caller's thread for an append
+    /// committed there (see [`World::append_awaited`]); `None` once the world has closed.
+    writer: SharedWriter,
     /// What [`World::runs`] worked out for each stream, by its length (see [`Statuses`]).
     statuses: Arc<Statuses>,
     /// Operations handed to the pool and not finished yet (see [`World::close`]).
     running: Arc<Running>,
 }
+
+type SharedWriter = Arc<Mutex<Option<Box<dyn LogWriter>>>>;
 
 /// A count of operations in flight, and a way to wait until there are none.
 #[derive(Default)]
@@ -286,7 +294,7 @@ impl World {
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
         let read_only = writer.is_none();
-        let writer = writer.unwrap_or_else(|| Box::new(ReadOnlyLog));
+        let writer: SharedWriter = Arc::new(Mutex::new(Some(writer.unwrap_or_else(|| Box::new(ReadOnlyLog)))));
         let artifacts = stores.artifacts;
         let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
         let (write_tx, write_rx) = unbounded::<WriteMsg>();
@@ -315,9 +323,10 @@ impl World {
             let completer = completer.clone();
             let unsettled = unsettled.clone();
             let artifacts = artifacts.clone();
+            let writer = writer.clone();
             // Should this fail, dropping `prep_tx` ends the prep thread.
             spawn("little-world-writer", move || {
-                writer_loop(write_rx, writer, &artifacts, &*completer, &unsettled)
+                writer_loop(write_rx, &writer, &artifacts, &*completer, &unsettled)
             })?;
         }
         Ok(World {
@@ -338,6 +347,7 @@ impl World {
                 outer_loops: Arc::new(stores.outer_loops),
                 pricing: Arc::new(pricing),
                 completer,
+                writer,
                 statuses: Arc::default(),
                 running: Arc::default(),
             }),
@@ -395,6 +405,19 @@ impl World {
     /// once; everything else arrives through the completer under `ticket` with the envelope's
     /// canonical JSON.
     pub fn append(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
+        self.append_with(ticket, req, false)
+    }
+
+    /// As [`World::append`], for a caller that waits for this append on its own thread. With
+    /// nothing in flight and the writer idle, the append is committed right here when the store
+    /// can commit it without waiting for a lock or a disk (at durability `normal`: see
+    /// [`LogWriter::transaction_now`]), and completed before this returns: the caller would
+    /// otherwise spend the same time waiting for the writer's thread, plus two thread hand-offs.
+    pub fn append_awaited(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
+        self.append_with(ticket, req, true)
+    }
+
+    fn append_with(&self, ticket: Ticket, req: AppendRequest, awaited: bool) -> Result<()> {
         self.ensure_open()?;
         self.ensure_writable("an append")?;
         match req.draft {
@@ -415,6 +438,14 @@ impl World {
                 // Answered by the prep thread with a read of its key, and never by the writer.
                 return submit.to_prep(PrepMsg::Refused(ticket, Box::new(prepared)));
             }
+            let prepared = if awaited {
+                self.commit_now(ticket, prepared)
+            } else {
+                Some(prepared)
+            };
+            let Some(prepared) = prepared else {
+                return Ok(());
+            };
             submit.unsettled.fetch_add(1, Ordering::AcqRel);
             if submit.write.send(WriteMsg::Append(ticket, prepared)).is_err() {
                 submit.unsettled.fetch_sub(1, Ordering::AcqRel);
@@ -423,6 +454,35 @@ impl World {
             return Ok(());
         }
         submit.to_prep(PrepMsg::Append(ticket, req))
+    }
+
+    /// Commit `prepared` on this thread and complete it, if the writer is idle and the store can
+    /// (see [`events::commit_now`]); otherwise hand it back. Called with the submit lock held and
+    /// nothing unsettled, so every earlier append has committed and none can start meanwhile.
+    fn commit_now(&self, ticket: Ticket, mut prepared: PreparedAppend) -> Option<PreparedAppend> {
+        if prepared.spill.is_some() {
+            return Some(prepared); // It writes an artifact file first.
+        }
+        // Held by the writer's thread from a group's start to its end, and after close.
+        let Ok(mut lent) = self.inner.writer.try_lock() else {
+            return Some(prepared);
+        };
+        let Some(writer) = lent.as_mut() else {
+            return Some(prepared);
+        };
+        let recorded_at = clock::now_iso();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            events::commit_now(&mut **writer, &*self.inner.artifacts, &mut prepared, &recorded_at)
+        }))
+        .unwrap_or_else(|p| Some(Err(panic_error(p))));
+        drop(lent);
+        match outcome {
+            Some(outcome) => {
+                self.inner.completer.complete(vec![(ticket, outcome.map(Output::Json))]);
+                None
+            }
+            None => Some(prepared),
+        }
     }
 
     /// Committed envelopes of `run_id` after `after` (at most `limit`, and with `max_units` about
@@ -809,7 +869,7 @@ impl LogWriter for ReadOnlyLog {
 
 fn writer_loop(
     rx: Receiver<WriteMsg>,
-    mut writer: Box<dyn LogWriter>,
+    writer: &Mutex<Option<Box<dyn LogWriter>>>,
     artifacts: &ArtifactStore,
     completer: &dyn Completer,
     unsettled: &AtomicUsize,
@@ -843,13 +903,18 @@ fn writer_loop(
         }
         if !batch.is_empty() {
             let recorded_at = clock::now_iso();
+            let mut lent = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let writer = lent
+                .as_mut()
+                .expect("the writer is there until the writer thread closes it");
             let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                events::commit_batch(&mut *writer, artifacts, &mut batch, &recorded_at)
+                events::commit_batch(&mut **writer, artifacts, &mut batch, &recorded_at)
             }))
             .unwrap_or_else(|p| {
                 let e = panic_error(p);
                 batch.iter().map(|_| Err(e.clone())).collect()
             });
+            drop(lent);
             let done = tickets
                 .drain(..)
                 .zip(outcomes.into_iter().map(|o| o.map(Output::Json)))
@@ -859,7 +924,7 @@ fn writer_loop(
             completer.complete(done);
         }
         if let Some((t, let_go)) = close {
-            drop(writer);
+            drop(writer.lock().unwrap_or_else(|p| p.into_inner()).take());
             let_go();
             completer.complete(vec![(t, Ok(Output::Unit))]);
             return;

@@ -15,7 +15,8 @@
 //! An operation started while nothing else is in flight may instead be waited for right here, for
 //! a bounded few hundred microseconds: when the world's thread finishes it in time, the promise is
 //! settled before the call returns, saving the wake-up of the JavaScript thread that a lone
-//! awaited append would otherwise pay. See [`JsCompleter::wait_briefly`].
+//! awaited append would otherwise pay. Those settlements count in the bursts too, so a caller
+//! awaiting one append after another still lets the loop turn. See [`JsCompleter::wait_briefly`].
 //!
 //! Node destroys every threadsafe function when its environment tears down, possibly before the
 //! world that owns one is finalized, and a core thread may still be finishing work then. So the
@@ -193,6 +194,11 @@ impl JsCompleter {
         self.shared.in_flight.load(Ordering::Relaxed) == 1 && self.shared.followers.load(Ordering::Relaxed) == 0
     }
 
+    /// Whether the current burst of settling has room for one more promise (see [`Pacing`]).
+    pub fn has_room(&self) -> bool {
+        self.shared.pacing().has_room()
+    }
+
     /// Arm the in-place wait for `ticket`, before its work is submitted.
     pub fn arm(&self, ticket: Ticket) {
         *self.shared.waited.lock().unwrap_or_else(|p| p.into_inner()) = Waited::Armed(ticket);
@@ -201,6 +207,10 @@ impl JsCompleter {
     /// Wait up to `budget` for the armed ticket to finish, spinning on the JavaScript thread. If it
     /// finished, settle its promise now and return true; otherwise disarm, so the result arrives
     /// through the threadsafe function as usual, and return false.
+    ///
+    /// A promise settled in place counts in the current burst (see [`Pacing`]): a caller awaiting
+    /// one append after another would otherwise never let the loop turn. Past the burst, a
+    /// finished ticket waits with the groups for the loop to turn, and true is returned too.
     pub fn wait_briefly(&self, env: sys::napi_env, ticket: Ticket, budget: std::time::Duration) -> bool {
         let deadline = std::time::Instant::now() + budget;
         loop {
@@ -210,6 +220,15 @@ impl JsCompleter {
                     unreachable!()
                 };
                 drop(waited);
+                let mut pacing = self.shared.pacing();
+                if !pacing.has_room() {
+                    pacing.stash.push_back(vec![(ticket, result)]);
+                    return true;
+                }
+                // SAFETY: `wait_briefly` runs on the JavaScript thread, where the call that
+                // submitted `ticket` is.
+                unsafe { pacing.count(1) };
+                drop(pacing);
                 self.settle_now(env, ticket, result);
                 return true;
             }
@@ -309,29 +328,56 @@ unsafe extern "C" fn call_js(env: sys::napi_env, _cb: sys::napi_value, context: 
 /// Settle a group within the current burst, beginning one if none is running; past the burst's
 /// budget, the groups after it wait for the loop to turn.
 unsafe fn settle_paced(env: sys::napi_env, shared: &Shared, batch: Batch) {
-    {
-        let mut pacing = shared.pacing();
-        let pacing = &mut *pacing;
-        if let Some(idle) = &mut pacing.idle {
-            let now = std::time::Instant::now();
-            match pacing.burst {
-                None if !idle.start(on_turn) => {
-                    // Nothing would end the burst: settle unpaced from now on.
-                    if let Some(idle) = pacing.idle.take() {
-                        idle.close();
-                    }
-                }
-                None => {
-                    pacing.burst = Some(now);
-                    pacing.settled = 0;
-                }
-                Some(start) if now - start >= BURST || pacing.settled >= BURST_SETTLEMENTS => pacing.yielding = true,
-                Some(_) => {}
-            }
-            pacing.settled += batch.len();
-        }
-    }
+    shared.pacing().count(batch.len());
     settle_batch(env, shared, batch);
+}
+
+impl Pacing {
+    /// Count `n` settlements in the current burst, beginning one if none is running; past the
+    /// burst's budget, what comes after waits for the loop to turn.
+    ///
+    /// # Safety
+    /// On the JavaScript thread, which owns the idle handle.
+    unsafe fn count(&mut self, n: usize) {
+        let Some(idle) = &mut self.idle else {
+            return;
+        };
+        match self.burst {
+            None if !idle.start(on_turn) => {
+                // Nothing would end the burst: settle unpaced from now on.
+                if let Some(idle) = self.idle.take() {
+                    idle.close();
+                }
+            }
+            None => {
+                self.burst = Some(std::time::Instant::now());
+                self.settled = 0;
+            }
+            Some(_) if self.spent() => self.yielding = true,
+            Some(_) => {}
+        }
+        self.settled += n;
+    }
+
+    /// Whether one more promise may be settled in the current burst (or a new one begun).
+    fn has_room(&mut self) -> bool {
+        if self.idle.is_none() {
+            return true;
+        }
+        if self.yielding || !self.stash.is_empty() {
+            return false;
+        }
+        if self.burst.is_some() && self.spent() {
+            // The idle handle started with the burst ends it once the loop has turned.
+            self.yielding = true;
+            return false;
+        }
+        true
+    }
+
+    fn spent(&self) -> bool {
+        self.burst.is_some_and(|start| start.elapsed() >= BURST) || self.settled >= BURST_SETTLEMENTS
+    }
 }
 
 /// The idle handle: the loop has turned (its timers have run) since the burst began.

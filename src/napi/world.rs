@@ -109,25 +109,26 @@ impl NativeWorld {
     }
 
     fn submit(&self, env: &Env, f: impl FnOnce(Ticket) -> Result<(), WorldError>) -> napi::Result<RawValue> {
-        self.submit_with(env, Duration::ZERO, f)
+        self.submit_with(env, Duration::ZERO, |t, _| f(t))
     }
 
     /// Start an operation; if it is the only one in flight and `wait` is not zero, wait for it
     /// here for up to `wait`, so that a caller awaiting one append at a time does not also pay
     /// for waking the JavaScript thread (a commit without fsync takes tens of microseconds). The
-    /// wait is bounded, so the event loop is never held longer than that.
+    /// wait is bounded, so the event loop is never held longer than that. `f` is told whether
+    /// the operation is waited for here.
     fn submit_with(
         &self,
         env: &Env,
         wait: Duration,
-        f: impl FnOnce(Ticket) -> Result<(), WorldError>,
+        f: impl FnOnce(Ticket, bool) -> Result<(), WorldError>,
     ) -> napi::Result<RawValue> {
         let (ticket, promise) = self.completer.begin(env.raw())?;
         let waiting = !wait.is_zero() && self.completer.alone();
         if waiting {
             self.completer.arm(ticket);
         }
-        match f(ticket) {
+        match f(ticket, waiting) {
             Err(e) => {
                 if waiting {
                     self.completer.wait_briefly(env.raw(), ticket, Duration::ZERO);
@@ -135,7 +136,14 @@ impl NativeWorld {
                 self.completer.settle_now(env.raw(), ticket, Err(e));
             }
             Ok(()) if waiting => {
-                self.completer.wait_briefly(env.raw(), ticket, wait);
+                // Past the burst the result could not be settled here anyway: only take it if
+                // it is there already (an append committed in the call).
+                let budget = if self.completer.has_room() {
+                    wait
+                } else {
+                    Duration::ZERO
+                };
+                self.completer.wait_briefly(env.raw(), ticket, budget);
             }
             Ok(()) => {}
         }
@@ -155,18 +163,20 @@ impl NativeWorld {
         idempotency_key: Option<String>,
         strings: Option<Vec<String>>,
     ) -> napi::Result<RawValue> {
-        self.submit_with(&env, WAIT_IN_PLACE, |t| {
-            self.world.append(
-                t,
-                AppendRequest {
-                    run_id,
-                    event_type,
-                    payload_json,
-                    strings: strings.unwrap_or_default(),
-                    key: idempotency_key,
-                    draft: None,
-                },
-            )
+        self.submit_with(&env, WAIT_IN_PLACE, |t, waiting| {
+            let req = AppendRequest {
+                run_id,
+                event_type,
+                payload_json,
+                strings: strings.unwrap_or_default(),
+                key: idempotency_key,
+                draft: None,
+            };
+            if waiting {
+                self.world.append_awaited(t, req)
+            } else {
+                self.world.append(t, req)
+            }
         })
     }
 

@@ -500,16 +500,11 @@ pub fn commit_batch(
     let mut heads: Vec<String> = batch.iter_mut().map(|item| std::mem::take(&mut item.head)).collect();
     let batch: &[PreparedAppend] = batch;
     if let [item] = batch {
-        // A group of one is its own transaction: rolling that back undoes exactly this append,
-        // so it needs no savepoint of its own.
         let mut head = heads.pop();
-        let mut envelope = None;
-        let result = writer.transaction(&mut |tx| {
-            let head = head.take().expect("a transaction body runs once");
-            envelope = Some(append_one(tx, artifacts, &mut HashMap::new(), item, head, recorded_at)?);
-            Ok(())
+        let result = commit_one(artifacts, item, &mut head, recorded_at, |body| {
+            Some(writer.transaction(body))
         });
-        return vec![result.map(|()| envelope.take().expect("a committed append has its envelope"))];
+        return vec![result.expect("a transaction that may wait always runs")];
     }
     let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
     let result = writer.transaction(&mut |tx| {
@@ -547,6 +542,42 @@ pub fn commit_batch(
         Ok(()) => outcomes,
         Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
     }
+}
+
+/// Commit one append on the calling thread if the store can without waiting (see
+/// [`LogWriter::transaction_now`]); `None`, with `item` as it was, for the writer's thread.
+pub fn commit_now(
+    writer: &mut dyn LogWriter,
+    artifacts: &dyn Artifacts,
+    item: &mut PreparedAppend,
+    recorded_at: &str,
+) -> Option<AppendOutcome> {
+    let mut head = Some(std::mem::take(&mut item.head));
+    let outcome = commit_one(artifacts, item, &mut head, recorded_at, |body| {
+        writer.transaction_now(body)
+    });
+    if outcome.is_none() {
+        item.head = head.take().expect("a transaction that did not run left the head");
+    }
+    outcome
+}
+
+/// One append as a transaction of its own (`None` when `transaction` did not run it). Rolling
+/// that back undoes exactly this append, so it needs no savepoint of its own.
+fn commit_one(
+    artifacts: &dyn Artifacts,
+    item: &PreparedAppend,
+    head: &mut Option<String>,
+    recorded_at: &str,
+    transaction: impl FnOnce(&mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>>,
+) -> Option<AppendOutcome> {
+    let mut envelope = None;
+    let result = transaction(&mut |tx| {
+        let head = head.take().expect("a transaction body runs once");
+        envelope = Some(append_one(tx, artifacts, &mut HashMap::new(), item, head, recorded_at)?);
+        Ok(())
+    })?;
+    Some(result.map(|()| envelope.take().expect("a committed append has its envelope")))
 }
 
 /// What the group knows of a run so far: its last sequence and the sequence of its end, if any.

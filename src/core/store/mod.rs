@@ -105,6 +105,15 @@ pub trait LogTx {
 pub trait LogWriter: Send {
     /// Run `body` inside one write transaction and commit it; roll back if it fails.
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()>;
+
+    /// As [`LogWriter::transaction`], but only if the transaction needs no waiting: it can start
+    /// without waiting for another connection's lock, and its commit neither syncs to disk nor
+    /// checkpoints. `None` when it cannot (`body` has not run and nothing was written), and then
+    /// the caller commits through [`LogWriter::transaction`] on a thread that may wait. For the
+    /// caller's own thread, which must not be held up (see `World::append_awaited`).
+    fn transaction_now(&mut self, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
+        None
+    }
 }
 
 /// What was committed after a mark, for live views: the streams that have new rows.

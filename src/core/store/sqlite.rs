@@ -11,7 +11,7 @@ use crate::core::error::{Result, WorldError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
             tails: HashMap::new(),
             data_version: None,
             files,
-            _checkpointer: checkpointer,
+            checkpointer,
         },
         reader,
     ))
@@ -296,11 +296,11 @@ pub struct SqliteWriter {
     data_version: Option<i64>,
     /// The database and its `-shm` file (see [`SqliteWriter::check_files`]).
     files: Vec<OpenedFile>,
-    _checkpointer: Option<Checkpointer>,
+    checkpointer: Option<Checkpointer>,
 }
 
-/// WAL pages after a commit at which the checkpoint thread is woken (SQLite's automatic
-/// checkpoint runs at the same size, inside the commit).
+/// WAL pages not yet checkpointed at which the checkpoint thread is woken after a commit
+/// (SQLite's automatic checkpoint runs at the same size, inside the commit).
 const CHECKPOINT_AT: i32 = 1000;
 
 /// WAL pages after a commit past which the writer checkpoints inside the commit after all, as
@@ -316,6 +316,8 @@ const CHECKPOINT_INLINE_AT: i32 = 8000;
 /// the next commits. At `full` every commit fsyncs anyway, and a second thread fsyncing beside it
 /// made group commits slower, so `full` keeps SQLite's automatic checkpoint.
 struct Checkpointer {
+    /// The WAL's size in pages after the last commit (what the WAL hook was told).
+    wal_pages: Arc<AtomicI32>,
     wake: crossbeam_channel::Sender<()>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -330,6 +332,9 @@ impl Checkpointer {
         // Held while the thread checkpoints, so the writer can wait for it to finish.
         let running = Arc::new(Mutex::new(()));
         let busy = running.clone();
+        // How far into the WAL the last checkpoint got, in pages.
+        let checkpointed = Arc::new(AtomicI32::new(0));
+        let copied = checkpointed.clone();
         let thread = crate::core::runtime::start_thread("little-world-ckpt", move || {
             run_when_idle();
             while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
@@ -337,28 +342,46 @@ impl Checkpointer {
                 // As SQLite's automatic checkpoint does, a failed one is left for the next.
                 // (A passive checkpoint never waits for a lock, so the writer never waits
                 // here for anything but the checkpoint's own work.)
-                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                if let Ok(done) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i32>(2)) {
+                    copied.store(done, Ordering::Relaxed);
+                }
+                // Commits during the checkpoint woke it again, for pages it may have copied; the
+                // next commit wakes it if enough are left. A stop sent meanwhile is drained too,
+                // but its flag was set before it was sent, so it is seen here.
+                while woken.try_recv().is_ok() {}
+                if stopping.load(Ordering::Acquire) {
+                    break;
+                }
             }
         })
         .map_err(|e| WorldError::io("starting the checkpoint thread", None, e))?;
         let hook_wake = wake.clone();
+        let wal_pages = Arc::new(AtomicI32::new(0));
+        let told = wal_pages.clone();
         // Replaces SQLite's automatic checkpoint, which is a WAL hook too.
         writer
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                told.store(pages, Ordering::Relaxed);
+                // Fewer pages than were checkpointed: the WAL has started over since.
+                let done = checkpointed.load(Ordering::Relaxed);
+                let pending = if pages >= done { pages - done } else { pages };
                 if pages >= CHECKPOINT_INLINE_AT {
                     // The thread has fallen behind: let it finish (two checkpoints at once would
                     // find each other busy), then finish the job here, with no commit between.
                     let _running = running.lock().unwrap_or_else(|p| p.into_inner());
                     // The commit has happened whatever this returns: an error here would make it
                     // look failed, so (like SQLite's automatic checkpoint) it is not reported.
-                    let _ = wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE);
-                } else if pages >= CHECKPOINT_AT {
+                    if let Ok((_, done)) = wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE) {
+                        checkpointed.store(done, Ordering::Relaxed);
+                    }
+                } else if pending >= CHECKPOINT_AT {
                     let _ = hook_wake.try_send(());
                 }
                 Ok(())
             }))
             .map_err(|e| WorldError::sqlite("setting the WAL hook", e))?;
         Ok(Checkpointer {
+            wal_pages,
             wake,
             stop,
             thread: Some(thread),
@@ -431,15 +454,41 @@ impl SqliteWriter {
     }
 }
 
+/// WAL pages short of [`CHECKPOINT_INLINE_AT`] past which a transaction is not committed now
+/// (see [`SqliteWriter::transaction_now`]): more than a transaction of one small append can add,
+/// so that its commit never checkpoints inside itself.
+const NOW_MARGIN: i32 = 256;
+
 impl LogWriter for SqliteWriter {
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
-        self.write(body).map_err(|e| on(&self.conn, e))
+        self.exec("BEGIN IMMEDIATE", "beginning a write transaction")
+            .and_then(|()| self.write(body))
+            .map_err(|e| on(&self.conn, e))
+    }
+
+    /// Only at durability `normal`, where a commit does not sync (the checkpoint thread does),
+    /// while the WAL is well short of the size at which a commit checkpoints inside itself, and
+    /// while no other connection holds the write lock (asked once, without the busy timeout).
+    fn transaction_now(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
+        let checkpointer = self.checkpointer.as_ref()?;
+        if checkpointer.wal_pages.load(Ordering::Relaxed) >= CHECKPOINT_INLINE_AT - NOW_MARGIN {
+            return None;
+        }
+        self.conn.busy_timeout(Duration::ZERO).ok()?;
+        let begun = self.exec("BEGIN IMMEDIATE", "beginning a write transaction");
+        if let Err(e) = self.conn.busy_timeout(BUSY_TIMEOUT) {
+            let _ = self.exec("ROLLBACK", "rolling back");
+            return Some(Err(on(&self.conn, WorldError::sqlite("setting busy_timeout", e))));
+        }
+        // Busy, or failing in a way the writer's thread will meet again and report.
+        begun.ok()?;
+        Some(self.write(body).map_err(|e| on(&self.conn, e)))
     }
 }
 
 impl SqliteWriter {
+    /// The body of a write transaction, begun by the caller: run `body`, then commit, or roll back.
     fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
-        self.exec("BEGIN IMMEDIATE", "beginning a write transaction")?;
         if let Err(e) = self.check_files() {
             let _ = self.exec("ROLLBACK", "rolling back");
             return Err(e);
@@ -965,6 +1014,107 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// A body that inserts `rows` rows of about a page each to `run_id` after `after`.
+    fn insert_rows(tx: &mut dyn LogTx, run_id: &str, after: u64, rows: u64) -> Result<()> {
+        let pad = "p".repeat(3000);
+        for seq in after + 1..=after + rows {
+            let envelope = format!("{{\"n\":{seq},\"pad\":\"{pad}\"}}");
+            tx.insert(&RowRef {
+                run_id,
+                sequence: seq,
+                event_id: "evt_0000000000000000",
+                event_type: "t",
+                key: None,
+                digest: None,
+                recorded_at: "2026-01-01T00:00:00.000Z",
+                envelope: &envelope,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn count_rows(reader: &SqliteReader, run_id: &str) -> usize {
+        let mut n = 0;
+        reader
+            .envelopes(run_id, 0, None, &mut |_| {
+                n += 1;
+                Ok(())
+            })
+            .unwrap();
+        n
+    }
+
+    #[test]
+    fn a_transaction_now_runs_only_where_nothing_would_wait() {
+        // At `full` the commit syncs: never now.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, _reader) = open(dir.path(), Durability::Full).unwrap();
+        assert!(writer
+            .transaction_now(&mut |tx| insert_rows(tx, "run_n", 0, 1))
+            .is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        writer
+            .transaction_now(&mut |tx| insert_rows(tx, "run_n", 0, 1))
+            .unwrap()
+            .unwrap();
+        assert_eq!(count_rows(&reader, "run_n"), 1);
+
+        // Another connection holds the write lock: declined at once, nothing written, and the
+        // body never ran.
+        let other = Connection::open(dir.path().join("events/events.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let asked = std::time::Instant::now();
+        let mut ran = false;
+        let declined = writer.transaction_now(&mut |tx| {
+            ran = true;
+            insert_rows(tx, "run_n", 1, 1)
+        });
+        assert!(declined.is_none());
+        assert!(!ran);
+        // Not the 30 s busy timeout (a bound far from any machine's speed, not a measurement).
+        assert!(asked.elapsed() < Duration::from_secs(10), "{:?}", asked.elapsed());
+        // The busy timeout is back for the transactions that may wait: this one waits for the
+        // other connection's commit rather than failing at once.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            other.execute_batch("COMMIT").unwrap();
+        });
+        writer.transaction(&mut |tx| insert_rows(tx, "run_n", 1, 1)).unwrap();
+        releaser.join().unwrap();
+        assert_eq!(count_rows(&reader, "run_n"), 2);
+    }
+
+    #[test]
+    fn a_transaction_now_is_declined_before_its_commit_could_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        writer
+            .transaction_now(&mut |tx| insert_rows(tx, "run_w", 0, 1))
+            .unwrap()
+            .unwrap();
+        // A reader's snapshot from before keeps the WAL from starting over, so it only grows.
+        let snapshot = Connection::open(dir.path().join("events/events.db")).unwrap();
+        snapshot.execute_batch("BEGIN; SELECT COUNT(*) FROM events;").unwrap();
+        let mut rows = 1;
+        loop {
+            let before = writer.checkpointer.as_ref().unwrap().wal_pages.load(Ordering::Relaxed);
+            let outcome = writer.transaction_now(&mut |tx| insert_rows(tx, "run_w", rows, 100));
+            if before >= CHECKPOINT_INLINE_AT - NOW_MARGIN {
+                assert!(outcome.is_none(), "a commit now at {before} WAL pages");
+                break;
+            }
+            outcome.expect("a commit now well short of the checkpoint").unwrap();
+            rows += 100;
+            assert!(rows < 20_000, "the WAL stopped growing at {before} pages");
+        }
+        // What may wait still commits (and checkpoints inside itself, as before).
+        writer.transaction(&mut |tx| insert_rows(tx, "run_w", rows, 1)).unwrap();
+        drop(snapshot);
+        assert_eq!(count_rows(&reader, "run_w") as u64, rows + 1);
     }
 
     #[test]

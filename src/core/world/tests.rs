@@ -1,6 +1,7 @@
 use super::*;
 use crossbeam_channel::{unbounded, Receiver};
 use serde_json::Value;
+use std::time::Duration;
 
 /// A completer that hands results to the test over a channel.
 struct ChannelCompleter(Sender<(Ticket, Result<Output>)>);
@@ -201,7 +202,6 @@ fn call_order_holds_when_large_and_small_payloads_mix() {
 /// release afterwards resolves (the lock is already free) rather than failing WORLD_CLOSED.
 #[test]
 fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
-    use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     for local in [true, false] {
         let (c, rx) = channel();
@@ -507,4 +507,81 @@ fn a_listing_of_runs_folds_again_only_the_streams_that_grew() {
     world.append(7, typed("run_b", "RunCompleted")).unwrap();
     wait_all(&rx, 1);
     assert_eq!(statuses(8), both("completed", "unreadable"));
+}
+
+/// A completer that says which thread completed each ticket.
+struct ThreadCompleter(Sender<(Ticket, Result<Output>, std::thread::ThreadId)>);
+
+impl Completer for ThreadCompleter {
+    fn complete(&self, done: Vec<(Ticket, Result<Output>)>) {
+        for (t, out) in done {
+            let _ = self.0.send((t, out, std::thread::current().id()));
+        }
+    }
+}
+
+#[test]
+fn an_awaited_append_commits_on_the_callers_thread_only_when_nothing_waits() {
+    let here = std::thread::current().id();
+    let sequence = |out: Result<Output>| json_of(out)["sequence"].as_u64().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, rx) = unbounded();
+    let world = World::open_local(
+        dir.path(),
+        Durability::Normal,
+        Pricing::default(),
+        Arc::new(ThreadCompleter(tx)),
+    )
+    .unwrap();
+
+    // Nothing in flight, nothing holding the lock: committed and completed before the call returns.
+    world.append_awaited(1, append("run_t", 1)).unwrap();
+    let (t, out, by) = rx.try_recv().expect("completed in the call");
+    assert_eq!((t, sequence(out), by), (1, 1, here));
+
+    // Behind appends in flight it waits its turn, and commits after them.
+    for i in 2..=101 {
+        world.append(i, append("run_t", i as usize)).unwrap();
+    }
+    world.append_awaited(102, append("run_t", 102)).unwrap();
+    let mut done: Vec<_> = (0..101)
+        .map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap())
+        .collect();
+    done.sort_by_key(|(t, _, _)| *t);
+    for (t, out, _) in done {
+        assert_eq!(sequence(out), t);
+    }
+
+    // Another connection holds the write lock: the call returns without waiting for it, and the
+    // writer's thread commits the append once the lock is let go.
+    let other = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    world.append_awaited(103, append("run_t", 103)).unwrap();
+    assert!(
+        rx.try_recv().is_err(),
+        "completed while another connection held the lock"
+    );
+    other.execute_batch("COMMIT").unwrap();
+    let (t, out, by) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!((t, sequence(out)), (103, 103));
+    assert_ne!(by, here);
+    world.close(104).unwrap();
+    rx.recv_timeout(Duration::from_secs(30)).unwrap().1.unwrap();
+
+    // At `full` the commit syncs, so it never happens on the caller's thread.
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, rx) = unbounded();
+    let world = World::open_local(
+        dir.path(),
+        Durability::Full,
+        Pricing::default(),
+        Arc::new(ThreadCompleter(tx)),
+    )
+    .unwrap();
+    world.append_awaited(1, append("run_f", 1)).unwrap();
+    let (_, out, by) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(sequence(out), 1);
+    assert_ne!(by, here);
+    world.close(2).unwrap();
+    rx.recv_timeout(Duration::from_secs(30)).unwrap().1.unwrap();
 }
