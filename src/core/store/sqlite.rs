@@ -316,11 +316,42 @@ const CHECKPOINT_INLINE_AT: i32 = 8000;
 /// the next commits. At `full` every commit fsyncs anyway, and a second thread fsyncing beside it
 /// made group commits slower, so `full` keeps SQLite's automatic checkpoint.
 struct Checkpointer {
-    /// The WAL's size in pages after the last commit (what the WAL hook was told).
-    wal_pages: Arc<AtomicI32>,
+    wal: Arc<WalState>,
     wake: crossbeam_channel::Sender<()>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the writer, its WAL hook and the checkpoint thread know of the WAL.
+#[derive(Default)]
+struct WalState {
+    /// The WAL's size in pages after the writer's last commit (what the WAL hook was told).
+    pages: AtomicI32,
+    /// How far into the WAL the last checkpoint got, in pages; 0 once the WAL has started over.
+    checkpointed: AtomicI32,
+    /// Held while a checkpoint runs.
+    running: Mutex<()>,
+    /// Set while a transaction is committed now: its commit never checkpoints inside itself.
+    now: AtomicBool,
+}
+
+impl WalState {
+    /// Pages of the WAL not yet checkpointed, as far as the writer knows.
+    fn pending(&self) -> i32 {
+        let (pages, done) = (
+            self.pages.load(Ordering::Relaxed),
+            self.checkpointed.load(Ordering::Relaxed),
+        );
+        if pages >= done {
+            pages - done
+        } else {
+            pages
+        }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Checkpointer {
@@ -329,59 +360,66 @@ impl Checkpointer {
         let (wake, woken) = crossbeam_channel::bounded::<()>(1);
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
-        // Held while the thread checkpoints, so the writer can wait for it to finish.
-        let running = Arc::new(Mutex::new(()));
-        let busy = running.clone();
-        // How far into the WAL the last checkpoint got, in pages.
-        let checkpointed = Arc::new(AtomicI32::new(0));
-        let copied = checkpointed.clone();
+        let wal = Arc::new(WalState::default());
+        let state = wal.clone();
         let thread = crate::core::runtime::start_thread("little-world-ckpt", move || {
             run_when_idle();
             while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
-                let _running = busy.lock().unwrap_or_else(|p| p.into_inner());
-                // As SQLite's automatic checkpoint does, a failed one is left for the next.
-                // (A passive checkpoint never waits for a lock, so the writer never waits
-                // here for anything but the checkpoint's own work.)
-                if let Ok(done) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i32>(2)) {
-                    copied.store(done, Ordering::Relaxed);
-                }
-                // Commits during the checkpoint woke it again, for pages it may have copied; the
-                // next commit wakes it if enough are left. A stop sent meanwhile is drained too,
-                // but its flag was set before it was sent, so it is seen here.
-                while woken.try_recv().is_ok() {}
-                if stopping.load(Ordering::Acquire) {
-                    break;
+                loop {
+                    let before = state.checkpointed.load(Ordering::Relaxed);
+                    {
+                        let _running = state.running();
+                        // As SQLite's automatic checkpoint does, a failed one is left for the next.
+                        // (A passive checkpoint never waits for a lock, so the writer never waits
+                        // here for anything but the checkpoint's own work.)
+                        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i32>(2));
+                        if let Ok(done) = done {
+                            state.checkpointed.store(done, Ordering::Relaxed);
+                        }
+                    }
+                    // A stop sent meanwhile is drained with the wakes, but its flag was set
+                    // before it was sent, so it is seen here.
+                    while woken.try_recv().is_ok() {}
+                    if stopping.load(Ordering::Acquire) {
+                        return;
+                    }
+                    // A checkpoint copies what the WAL held when it began: go on while commits
+                    // during it left enough behind, and while it gets somewhere (a reader's
+                    // snapshot can hold it back).
+                    let after = state.checkpointed.load(Ordering::Relaxed);
+                    if state.pending() < CHECKPOINT_AT || after <= before {
+                        break;
+                    }
                 }
             }
         })
         .map_err(|e| WorldError::io("starting the checkpoint thread", None, e))?;
         let hook_wake = wake.clone();
-        let wal_pages = Arc::new(AtomicI32::new(0));
-        let told = wal_pages.clone();
+        let state = wal.clone();
         // Replaces SQLite's automatic checkpoint, which is a WAL hook too.
         writer
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
-                told.store(pages, Ordering::Relaxed);
-                // Fewer pages than were checkpointed: the WAL has started over since.
-                let done = checkpointed.load(Ordering::Relaxed);
-                let pending = if pages >= done { pages - done } else { pages };
-                if pages >= CHECKPOINT_INLINE_AT {
+                if pages < state.pages.swap(pages, Ordering::Relaxed) {
+                    // The WAL has started over.
+                    state.checkpointed.store(0, Ordering::Relaxed);
+                }
+                if pages >= CHECKPOINT_INLINE_AT && !state.now.load(Ordering::Relaxed) {
                     // The thread has fallen behind: let it finish (two checkpoints at once would
                     // find each other busy), then finish the job here, with no commit between.
-                    let _running = running.lock().unwrap_or_else(|p| p.into_inner());
+                    let _running = state.running();
                     // The commit has happened whatever this returns: an error here would make it
                     // look failed, so (like SQLite's automatic checkpoint) it is not reported.
                     if let Ok((_, done)) = wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE) {
-                        checkpointed.store(done, Ordering::Relaxed);
+                        state.checkpointed.store(done, Ordering::Relaxed);
                     }
-                } else if pending >= CHECKPOINT_AT {
+                } else if state.pending() >= CHECKPOINT_AT {
                     let _ = hook_wake.try_send(());
                 }
                 Ok(())
             }))
             .map_err(|e| WorldError::sqlite("setting the WAL hook", e))?;
         Ok(Checkpointer {
-            wal_pages,
+            wal,
             wake,
             stop,
             thread: Some(thread),
@@ -462,18 +500,20 @@ const NOW_MARGIN: i32 = 256;
 impl LogWriter for SqliteWriter {
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         self.exec("BEGIN IMMEDIATE", "beginning a write transaction")
-            .and_then(|()| self.write(body))
+            .and_then(|()| self.begun_version())
+            .and_then(|version| self.write(body, version))
             .map_err(|e| on(&self.conn, e))
     }
 
-    /// Only at durability `normal`, where a commit does not sync (the checkpoint thread does),
-    /// while the WAL is well short of the size at which a commit checkpoints inside itself, and
-    /// while no other connection holds the write lock (asked once, without the busy timeout).
+    /// Only at durability `normal`, where a commit does not sync (the checkpoint thread does), when
+    /// no other connection holds the write lock (asked once, without the busy timeout), and when
+    /// the wal-index says, under that lock, that the commit neither writes a WAL's first header
+    /// (SQLite syncs it, at `normal` too: into an empty WAL, or starting the WAL over once a
+    /// checkpoint has copied all of it) nor checkpoints inside itself (near
+    /// [`CHECKPOINT_INLINE_AT`]). The WAL's size is read there, not taken from what this
+    /// connection's hook was told, since other connections commit too.
     fn transaction_now(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
-        let checkpointer = self.checkpointer.as_ref()?;
-        if checkpointer.wal_pages.load(Ordering::Relaxed) >= CHECKPOINT_INLINE_AT - NOW_MARGIN {
-            return None;
-        }
+        let wal = self.checkpointer.as_ref()?.wal.clone();
         self.conn.busy_timeout(Duration::ZERO).ok()?;
         let begun = self.exec("BEGIN IMMEDIATE", "beginning a write transaction");
         if let Err(e) = self.conn.busy_timeout(BUSY_TIMEOUT) {
@@ -482,24 +522,85 @@ impl LogWriter for SqliteWriter {
         }
         // Busy, or failing in a way the writer's thread will meet again and report.
         begun.ok()?;
-        Some(self.write(body).map_err(|e| on(&self.conn, e)))
+        // The WAL's size holds still under the write lock; the part checkpointed only grows, and
+        // the WAL starts over only if it was all checkpointed when this transaction began.
+        let quiet = match wal_index(&self.conn) {
+            Some((frames, checkpointed)) => {
+                frames > 0 && checkpointed < frames && frames < (CHECKPOINT_INLINE_AT - NOW_MARGIN) as u32
+            }
+            None => false,
+        };
+        if !quiet {
+            let _ = self.exec("ROLLBACK", "rolling back");
+            return None;
+        }
+        let version = self.begun_version().ok()?;
+        wal.now.store(true, Ordering::Relaxed);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.write(body, version)));
+        wal.now.store(false, Ordering::Relaxed);
+        Some(
+            result
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                .map_err(|e| on(&self.conn, e)),
+        )
+    }
+}
+
+/// The wal-index's pages, as SQLite maps them (`WALINDEX_PGSZ`).
+const WAL_INDEX_PAGE: std::ffi::c_int = 32 * 1024;
+
+/// The WAL's size in frames and how many of them are checkpointed, read from the wal-index that
+/// SQLite has mapped for `conn` (the `-shm`, whose layout SQLite documents in "WAL-mode File
+/// Format": the header's `mxFrame` at byte 16, the checkpoint information's `nBackfill` at byte
+/// 96, native-endian). Reached through the database file's own `xShmMap`: a descriptor of our own
+/// on the `-shm` would drop SQLite's POSIX locks on it when closed. `None` where it cannot be read.
+fn wal_index(conn: &Connection) -> Option<(u32, u32)> {
+    use rusqlite::ffi;
+    use std::sync::atomic::AtomicU32;
+    // SAFETY: `conn` is open and used by this thread alone (the caller has it mutably), and is in
+    // a transaction on a WAL database, so its wal-index page 0 is mapped; `xShmMap` with
+    // `bExtend` 0 only returns that mapping (or null). The two words are 4-aligned in a
+    // page-aligned mapping that stays while the connection is open, and other processes change
+    // them concurrently, so they are read atomically, as SQLite reads them.
+    unsafe {
+        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+        let found = ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_FILE_POINTER,
+            (&mut file as *mut *mut ffi::sqlite3_file).cast(),
+        );
+        if found != ffi::SQLITE_OK || file.is_null() || (*file).pMethods.is_null() {
+            return None;
+        }
+        let methods = &*(*file).pMethods;
+        if methods.iVersion < 2 {
+            return None;
+        }
+        let mut page: *mut std::ffi::c_void = std::ptr::null_mut();
+        if (methods.xShmMap?)(file, 0, WAL_INDEX_PAGE, 0, &mut page) != ffi::SQLITE_OK || page.is_null() {
+            return None;
+        }
+        let word = |at: usize| (*page.cast::<u8>().add(at).cast::<AtomicU32>()).load(Ordering::Acquire);
+        Some((word(16), word(96)))
     }
 }
 
 impl SqliteWriter {
-    /// The body of a write transaction, begun by the caller: run `body`, then commit, or roll back.
-    fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+    /// `PRAGMA data_version` inside a transaction just begun; rolled back if it cannot be read.
+    fn begun_version(&self) -> Result<i64> {
+        self.data_version().inspect_err(|_| {
+            let _ = self.exec("ROLLBACK", "rolling back");
+        })
+    }
+
+    /// The body of a write transaction begun by the caller, who read `version`
+    /// ([`SqliteWriter::begun_version`]): run `body`, then commit, or roll back.
+    fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>, version: i64) -> Result<()> {
         if let Err(e) = self.check_files() {
             let _ = self.exec("ROLLBACK", "rolling back");
             return Err(e);
         }
-        let version = match self.data_version() {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = self.exec("ROLLBACK", "rolling back");
-                return Err(e);
-            }
-        };
         if self.data_version != Some(version) || self.tails.len() > MAX_TAILS {
             self.tails.clear();
         }
@@ -1057,11 +1158,37 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        writer.transaction(&mut |tx| insert_rows(tx, "run_n", 0, 1)).unwrap();
         writer
-            .transaction_now(&mut |tx| insert_rows(tx, "run_n", 0, 1))
+            .transaction_now(&mut |tx| insert_rows(tx, "run_n", 1, 1))
             .unwrap()
             .unwrap();
-        assert_eq!(count_rows(&reader, "run_n"), 1);
+        assert_eq!(count_rows(&reader, "run_n"), 2);
+
+        // Another connection's commits count too: with the WAL grown near the size at which a
+        // commit checkpoints inside itself by another connection (its own automatic checkpoint
+        // off), not now, though this writer's hook was told nothing of it.
+        let another = Connection::open(dir.path().join("events/events.db")).unwrap();
+        another
+            .execute_batch(&format!(
+                "PRAGMA wal_autocheckpoint = 0;
+                 WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < {CHECKPOINT_INLINE_AT})
+                 INSERT INTO estimates (run_id, model, open) SELECT 'run_o', printf('%.3000d', n), 1 FROM c;"
+            ))
+            .unwrap();
+        assert!(writer.checkpointer.as_ref().unwrap().wal.pages.load(Ordering::Relaxed) < 100);
+        assert!(writer
+            .transaction_now(&mut |tx| insert_rows(tx, "run_n", 2, 1))
+            .is_none());
+        // A transaction that may wait commits, and checkpoints inside itself; the WAL starts over at
+        // the next, and then a transaction runs now again.
+        writer.transaction(&mut |tx| insert_rows(tx, "run_n", 2, 1)).unwrap();
+        writer.transaction(&mut |tx| insert_rows(tx, "run_n", 3, 1)).unwrap();
+        writer
+            .transaction_now(&mut |tx| insert_rows(tx, "run_n", 4, 1))
+            .unwrap()
+            .unwrap();
+        assert_eq!(count_rows(&reader, "run_n"), 5);
 
         // Another connection holds the write lock: declined at once, nothing written, and the
         // body never ran.
@@ -1071,7 +1198,7 @@ mod tests {
         let mut ran = false;
         let declined = writer.transaction_now(&mut |tx| {
             ran = true;
-            insert_rows(tx, "run_n", 1, 1)
+            insert_rows(tx, "run_n", 5, 1)
         });
         assert!(declined.is_none());
         assert!(!ran);
@@ -1083,38 +1210,105 @@ mod tests {
             std::thread::sleep(Duration::from_millis(300));
             other.execute_batch("COMMIT").unwrap();
         });
-        writer.transaction(&mut |tx| insert_rows(tx, "run_n", 1, 1)).unwrap();
+        writer.transaction(&mut |tx| insert_rows(tx, "run_n", 5, 1)).unwrap();
         releaser.join().unwrap();
-        assert_eq!(count_rows(&reader, "run_n"), 2);
+        assert_eq!(count_rows(&reader, "run_n"), 6);
     }
 
     #[test]
     fn a_transaction_now_is_declined_before_its_commit_could_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
-        writer
-            .transaction_now(&mut |tx| insert_rows(tx, "run_w", 0, 1))
-            .unwrap()
-            .unwrap();
+        writer.transaction(&mut |tx| insert_rows(tx, "run_w", 0, 1)).unwrap();
         // A reader's snapshot from before keeps the WAL from starting over, so it only grows.
         let snapshot = Connection::open(dir.path().join("events/events.db")).unwrap();
         snapshot.execute_batch("BEGIN; SELECT COUNT(*) FROM events;").unwrap();
-        let mut rows = 1;
+        let (mut rows, mut now) = (1, 0);
         loop {
-            let before = writer.checkpointer.as_ref().unwrap().wal_pages.load(Ordering::Relaxed);
+            let before = writer.checkpointer.as_ref().unwrap().wal.pages.load(Ordering::Relaxed);
             let outcome = writer.transaction_now(&mut |tx| insert_rows(tx, "run_w", rows, 100));
             if before >= CHECKPOINT_INLINE_AT - NOW_MARGIN {
                 assert!(outcome.is_none(), "a commit now at {before} WAL pages");
                 break;
             }
-            outcome.expect("a commit now well short of the checkpoint").unwrap();
+            match outcome {
+                Some(result) => {
+                    result.unwrap();
+                    now += 1;
+                }
+                // The checkpoint thread was running (woken by the growing WAL, with nothing it
+                // may copy): as the world does, commit on a thread that may wait.
+                None => writer
+                    .transaction(&mut |tx| insert_rows(tx, "run_w", rows, 100))
+                    .unwrap(),
+            }
             rows += 100;
             assert!(rows < 20_000, "the WAL stopped growing at {before} pages");
         }
+        assert!(now > 0, "no transaction was committed now");
         // What may wait still commits (and checkpoints inside itself, as before).
         writer.transaction(&mut |tx| insert_rows(tx, "run_w", rows, 1)).unwrap();
         drop(snapshot);
         assert_eq!(count_rows(&reader, "run_w") as u64, rows + 1);
+    }
+
+    /// Wait up to 30 s for `ready`.
+    fn wait_for(what: &str, ready: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !ready() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_transaction_now_is_declined_where_its_commit_would_start_the_wal_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        let wal = writer.checkpointer.as_ref().unwrap().wal.clone();
+        // Enough to wake the checkpoint thread, which then copies all of it.
+        commit_rows(&mut writer, "run_s", 0, CHECKPOINT_AT as u64 + 200);
+        wait_for("the checkpoint thread never caught up", || {
+            wal.checkpointed.load(Ordering::Relaxed) >= wal.pages.load(Ordering::Relaxed)
+        });
+        // The next commit starts the WAL over, writing (and syncing) its header: not now.
+        let mut ran = false;
+        assert!(writer
+            .transaction_now(&mut |tx| {
+                ran = true;
+                insert_rows(tx, "run_s", 1200, 1)
+            })
+            .is_none());
+        assert!(!ran);
+        writer.transaction(&mut |tx| insert_rows(tx, "run_s", 1200, 1)).unwrap();
+        let pages = wal.pages.load(Ordering::Relaxed);
+        assert!(pages < 16, "the WAL did not start over: {pages} pages");
+        assert_eq!(wal.checkpointed.load(Ordering::Relaxed), 0);
+        writer
+            .transaction_now(&mut |tx| insert_rows(tx, "run_s", 1201, 1))
+            .unwrap()
+            .unwrap();
+        assert_eq!(count_rows(&reader, "run_s"), 1202);
+    }
+
+    #[test]
+    fn the_checkpoint_thread_catches_up_with_the_commits_made_while_it_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        let wal = writer.checkpointer.as_ref().unwrap().wal.clone();
+        // Commits without a pause, well past the size that wakes the thread and short of the
+        // one at which a commit checkpoints inside itself; then none.
+        let mut n = 0;
+        while n < 3 * CHECKPOINT_AT as u64 {
+            commit_rows(&mut writer, "run_c", n, 50);
+            n += 50;
+        }
+        // The thread goes on until less than a wake's worth is left, though the wakes sent while
+        // it ran were for pages it could not copy.
+        wait_for("the checkpoint thread left a wake's worth behind", || {
+            wal.pending() < CHECKPOINT_AT
+        });
+        assert_eq!(count_rows(&reader, "run_c") as u64, n);
     }
 
     #[test]
