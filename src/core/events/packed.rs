@@ -264,16 +264,7 @@ mod tests {
                     r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"{run}","sequence":{s},"type":"t"}}"#,
                     text(s)
                 );
-                tx.insert(&RowRef {
-                    run_id: run,
-                    sequence: s,
-                    event_id: &format!("evt_{s:016}"),
-                    event_type: "t",
-                    key: None,
-                    digest: None,
-                    recorded_at: "2026-01-01T00:00:00.000Z",
-                    envelope: &envelope,
-                })?;
+                tx.insert(&RowRef::plain(run, s, &format!("evt_{s:016}"), &envelope))?;
             }
             Ok(())
         })

@@ -47,6 +47,23 @@ pub struct RowRef<'a> {
     pub envelope: &'a str,
 }
 
+#[cfg(test)]
+impl<'a> RowRef<'a> {
+    /// A row of type `t` without a key, recorded at a fixed time: what the store tests insert.
+    pub fn plain(run_id: &'a str, sequence: u64, event_id: &'a str, envelope: &'a str) -> RowRef<'a> {
+        RowRef {
+            run_id,
+            sequence,
+            event_id,
+            event_type: "t",
+            key: None,
+            digest: None,
+            recorded_at: "2026-01-01T00:00:00.000Z",
+            envelope,
+        }
+    }
+}
+
 impl StoredEvent {
     /// This row, borrowed.
     pub fn as_ref(&self) -> RowRef<'_> {

@@ -1096,24 +1096,8 @@ mod tests {
 
     /// Commit `rows` rows of about a page each to `run_id` after `after`, in one transaction.
     fn commit_rows(writer: &mut SqliteWriter, run_id: &str, after: u64, rows: u64) {
-        let pad = "p".repeat(3000);
         writer
-            .transaction(&mut |tx| {
-                for seq in after + 1..=after + rows {
-                    let envelope = format!("{{\"n\":{seq},\"pad\":\"{pad}\"}}");
-                    tx.insert(&RowRef {
-                        run_id,
-                        sequence: seq,
-                        event_id: "evt_0000000000000000",
-                        event_type: "t",
-                        key: None,
-                        digest: None,
-                        recorded_at: "2026-01-01T00:00:00.000Z",
-                        envelope: &envelope,
-                    })?;
-                }
-                Ok(())
-            })
+            .transaction(&mut |tx| insert_rows(tx, run_id, after, rows))
             .unwrap();
     }
 
@@ -1122,16 +1106,7 @@ mod tests {
         let pad = "p".repeat(3000);
         for seq in after + 1..=after + rows {
             let envelope = format!("{{\"n\":{seq},\"pad\":\"{pad}\"}}");
-            tx.insert(&RowRef {
-                run_id,
-                sequence: seq,
-                event_id: "evt_0000000000000000",
-                event_type: "t",
-                key: None,
-                digest: None,
-                recorded_at: "2026-01-01T00:00:00.000Z",
-                envelope: &envelope,
-            })?;
+            tx.insert(&RowRef::plain(run_id, seq, "evt_0000000000000000", &envelope))?;
         }
         Ok(())
     }
@@ -1318,16 +1293,7 @@ mod tests {
         commit_rows(&mut writer, "run_p", 0, 1);
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = writer.transaction(&mut |tx| {
-                tx.insert(&RowRef {
-                    run_id: "run_p",
-                    sequence: 2,
-                    event_id: "evt_0000000000000000",
-                    event_type: "t",
-                    key: None,
-                    digest: None,
-                    recorded_at: "2026-01-01T00:00:00.000Z",
-                    envelope: "{}",
-                })?;
+                tx.insert(&RowRef::plain("run_p", 2, "evt_0000000000000000", "{}"))?;
                 panic!("a bug in the middle of a group");
             });
         }));
@@ -1382,14 +1348,7 @@ mod tests {
         }
         assert!(largest <= bound, "the WAL grew to {largest} bytes (bound {bound})");
         assert_eq!(reader.last_sequence("run_ckpt").unwrap(), n);
-        let mut seen = 0;
-        reader
-            .envelopes("run_ckpt", 0, None, &mut |_| {
-                seen += 1;
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(seen, n);
+        assert_eq!(count_rows(&reader, "run_ckpt") as u64, n);
         // Closing joins the thread; the last connection out removes the WAL.
         drop(writer);
         drop(reader);

@@ -520,19 +520,21 @@ impl Completer for ThreadCompleter {
     }
 }
 
+type ThreadDone = Receiver<(Ticket, Result<Output>, std::thread::ThreadId)>;
+
+/// A local world whose completions say which thread completed them.
+fn world_telling_threads(dir: &Path, durability: Durability) -> (World, ThreadDone) {
+    let (tx, rx) = unbounded();
+    let world = World::open_local(dir, durability, Pricing::default(), Arc::new(ThreadCompleter(tx))).unwrap();
+    (world, rx)
+}
+
 #[test]
 fn an_awaited_append_commits_on_the_callers_thread_only_when_nothing_waits() {
     let here = std::thread::current().id();
     let sequence = |out: Result<Output>| json_of(out)["sequence"].as_u64().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (tx, rx) = unbounded();
-    let world = World::open_local(
-        dir.path(),
-        Durability::Normal,
-        Pricing::default(),
-        Arc::new(ThreadCompleter(tx)),
-    )
-    .unwrap();
+    let (world, rx) = world_telling_threads(dir.path(), Durability::Normal);
 
     // Nothing in flight, nothing holding the lock: committed and completed before the call returns.
     world.append_awaited(1, append("run_t", 1)).unwrap();
@@ -570,14 +572,7 @@ fn an_awaited_append_commits_on_the_callers_thread_only_when_nothing_waits() {
 
     // At `full` the commit syncs, so it never happens on the caller's thread.
     let dir = tempfile::tempdir().unwrap();
-    let (tx, rx) = unbounded();
-    let world = World::open_local(
-        dir.path(),
-        Durability::Full,
-        Pricing::default(),
-        Arc::new(ThreadCompleter(tx)),
-    )
-    .unwrap();
+    let (world, rx) = world_telling_threads(dir.path(), Durability::Full);
     world.append_awaited(1, append("run_f", 1)).unwrap();
     let (_, out, by) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert_eq!(sequence(out), 1);
