@@ -66,6 +66,10 @@ console.log(`machine: ${machine()}`);
 // The sha256 ceiling moves with the machine's load as much as the reads do, so it is measured
 // beside (f) in every round, and its median is the yardstick.
 const ceilings = [];
+// Also on blocks of the artifact's size, which do not stay in the caches: where hashing from memory
+// is slower than from cache (as on CPUs with SHA extensions), this is what hashing the 16 MiB
+// artifact alone can reach. Printed beside the target, which stays on the 16 KiB figure.
+const bigCeilings = [];
 process.stdout.write('preparing the 100,000-event datasets and the 16 MiB artifact... ');
 await prepare();
 console.log('done');
@@ -77,6 +81,8 @@ for (let round = 1; round <= rounds; round++) {
       if (s === 'f') {
         const c = opensslSha256MBps();
         if (c) ceilings.push(c);
+        const big = opensslSha256MBps(16 * 1024 * 1024);
+        if (big) bigCeilings.push(big);
       }
       const order = round % 2 ? ['native', 'baseline'] : ['baseline', 'native'];
       for (const kind of order) {
@@ -92,6 +98,10 @@ for (let round = 1; round <= rounds; round++) {
 const ceiling = ceilings.length > 0 ? median(ceilings) : null;
 if (ceiling) {
   console.log(`\nsha256 ceiling (openssl speed -evp sha256, 16 KiB blocks, beside (f) in each round): median ${ceiling.toFixed(0)} MB/s of ${ceilings.map((c) => c.toFixed(0)).join(', ')}`);
+}
+const bigCeiling = bigCeilings.length > 0 ? median(bigCeilings) : null;
+if (bigCeiling) {
+  console.log(`sha256 of 16 MiB blocks (the artifact's size), beside it: median ${bigCeiling.toFixed(0)} MB/s of ${bigCeilings.map((c) => c.toFixed(0)).join(', ')}`);
 }
 const fmt = (v, unit) => (unit === 'ms' ? `${v.toFixed(1)} ms` : unit === 'MB/s' ? `${v.toFixed(0)} MB/s` : `${Math.round(v).toLocaleString('en-US')}/s`);
 console.log(`\nmedians of ${rounds} rounds (ratio: how many times better native is; higher is better)\n`);
@@ -110,6 +120,7 @@ for (const s of scenarios) {
     if (s === 'f' && ceiling) {
       const share = nv / ceiling;
       targetText = `native at ${(share * 100).toFixed(0)}% of sha256 ceiling (target >= 75%) ${share >= 0.75 ? 'met' : 'NOT met'}`;
+      if (bigCeiling) targetText += `; ${((nv / bigCeiling) * 100).toFixed(0)}% of sha256 on 16 MiB blocks`;
     }
     const rss = `${median(n.map((x) => x.maxRssMB)).toFixed(0)} / ${median(b.map((x) => x.maxRssMB)).toFixed(0)} MB`;
     console.log(`| ${NAMES[s]} | ${durability} | ${fmt(nv, unit)} | ${fmt(bv, unit)} | ${ratio.toFixed(2)}x | ${targetText} | ${rss} |`);
