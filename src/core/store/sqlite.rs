@@ -11,7 +11,7 @@ use crate::core::error::{Result, WorldError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -329,6 +329,9 @@ struct WalState {
     pages: AtomicI32,
     /// How far into the WAL the last checkpoint got, in pages; 0 once the WAL has started over.
     checkpointed: AtomicI32,
+    /// How many times the writer has seen the WAL start over: a checkpoint that began before the
+    /// latest does not say how far into the new one it got.
+    restarts: AtomicU32,
     /// Held while a checkpoint runs.
     running: Mutex<()>,
     /// Set while a transaction is committed now: its commit never checkpoints inside itself.
@@ -367,13 +370,14 @@ impl Checkpointer {
             while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
                 loop {
                     let before = state.checkpointed.load(Ordering::Relaxed);
+                    let restarts = state.restarts.load(Ordering::Acquire);
                     {
                         let _running = state.running();
                         // As SQLite's automatic checkpoint does, a failed one is left for the next.
                         // (A passive checkpoint never waits for a lock, so the writer never waits
                         // here for anything but the checkpoint's own work.)
                         let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i32>(2));
-                        if let Ok(done) = done {
+                        if let (Ok(done), true) = (done, state.restarts.load(Ordering::Acquire) == restarts) {
                             state.checkpointed.store(done, Ordering::Relaxed);
                         }
                     }
@@ -401,6 +405,7 @@ impl Checkpointer {
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
                 if pages < state.pages.swap(pages, Ordering::Relaxed) {
                     // The WAL has started over.
+                    state.restarts.fetch_add(1, Ordering::AcqRel);
                     state.checkpointed.store(0, Ordering::Relaxed);
                 }
                 if pages >= CHECKPOINT_INLINE_AT && !state.now.load(Ordering::Relaxed) {
