@@ -561,7 +561,6 @@ const WAL_INDEX_PAGE: std::ffi::c_int = 32 * 1024;
 /// on the `-shm` would drop SQLite's POSIX locks on it when closed. `None` where it cannot be read.
 fn wal_index(conn: &Connection) -> Option<(u32, u32)> {
     use rusqlite::ffi;
-    use std::sync::atomic::AtomicU32;
     // SAFETY: `conn` is open and used by this thread alone (the caller has it mutably), and is in
     // a transaction on a WAL database, so its wal-index page 0 is mapped; `xShmMap` with
     // `bExtend` 0 only returns that mapping (or null). The two words are 4-aligned in a
