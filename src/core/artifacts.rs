@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -345,7 +345,7 @@ impl ArtifactStore {
             Backend::Local { dir, blobs } => {
                 let manifest = load_manifest(dir, id)?;
                 let blob_path = blobs.join(format!("{id}.bin"));
-                let (mut file, len) = match files::open_file(&blob_path) {
+                let (file, len) = match files::open_file(&blob_path) {
                     Ok(opened) => opened,
                     Err(Unreadable::Missing) => {
                         return Err(WorldError::ArtifactBlobMissing {
@@ -369,12 +369,10 @@ impl ArtifactStore {
                 }
                 let mut bytes = Bytes::to_fill(len as usize)
                     .map_err(|e| WorldError::io("allocating a buffer for a blob", Some(blob_path.clone()), e))?;
-                let digest = read_hashed(&mut file, bytes.as_mut_slice())
+                let digest = hashed_read::read_hashed(&file, bytes.as_mut_slice())
                     .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?;
-                if file
-                    .read(&mut [0u8; 1])
+                if hashed_read::holds_more(&file, len)
                     .map_err(|e| WorldError::io("reading a blob", Some(blob_path.clone()), e))?
-                    != 0
                 {
                     return Err(WorldError::ArtifactManifestCorrupt {
                         artifact_id: id.to_string(),
@@ -649,49 +647,6 @@ fn write_hashed(dir: &Path, bytes: &[u8]) -> Result<(TmpFile, String, u64)> {
     ))
 }
 
-/// Blobs this large are read on one thread while hashed on another.
-const OVERLAP_READ_AT: usize = 4 * CHUNK;
-
-/// Fill `buf` from `file` and return the sha256 of what was read. A large blob is read in chunks
-/// by a second thread while this one hashes the chunks already read, so a verified read costs
-/// little more than the hash itself.
-fn read_hashed(file: &mut File, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
-    let mut hasher = Sha256::new();
-    if buf.len() >= OVERLAP_READ_AT {
-        let overlapped = std::thread::scope(|scope| {
-            let (tx, rx) = crossbeam_channel::bounded::<&mut [u8]>(4);
-            let (file, buf) = (&mut *file, &mut *buf);
-            let reading =
-                crate::core::runtime::start_scoped(scope, "little-world-blob", move || -> std::io::Result<()> {
-                    for chunk in buf.chunks_mut(CHUNK) {
-                        file.read_exact(chunk)?;
-                        if tx.send(chunk).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(())
-                })
-                // At the process's thread limit, this thread reads it all (below).
-                .ok()?;
-            for chunk in rx {
-                hasher.update(&*chunk);
-            }
-            Some(
-                reading
-                    .join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("the blob reader thread panicked"))),
-            )
-        });
-        if let Some(read) = overlapped {
-            read?;
-            return Ok(hasher.finalize().into());
-        }
-    }
-    file.read_exact(buf)?;
-    hasher.update(&*buf);
-    Ok(hasher.finalize().into())
-}
-
 /// Create `dir` and any missing parents, fsyncing each parent a directory was created in, so the
 /// new directories themselves survive a crash (not only what is later written into them).
 /// `what` names the directory in an error.
@@ -743,5 +698,6 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     }
 }
 
+mod hashed_read;
 #[cfg(test)]
 mod tests;

@@ -41,7 +41,7 @@ fn round_trips_and_is_content_addressed() {
 
 #[test]
 fn a_large_blob_reads_back_exactly_and_a_flipped_byte_anywhere_is_caught() {
-    // Large enough to be read into mapped pages, on two threads.
+    // Large enough to be read into mapped pages, by two threads taking turns.
     let data: Vec<u8> = (0..5 * 1024 * 1024 + 3).map(|i: u32| (i % 251) as u8).collect();
     let dir = tempfile::tempdir().unwrap();
     let store = ArtifactStore::local(dir.path()).unwrap();
