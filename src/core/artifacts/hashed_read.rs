@@ -23,14 +23,22 @@ const HASH_CHUNK: usize = 256 * 1024;
 /// Buffers this large are read by two threads taking turns.
 const SHARED_AT: usize = 4 * 1024 * 1024;
 
-/// How long a thread waiting for its turn spins before it sleeps. The other thread hashes a
-/// chunk in about 150 µs, but faulting in fresh pages for its next one can take it far longer,
-/// and a thread woken from sleep each time was slower (16 MiB reads into fresh buffers, in turn:
-/// 12 ms each with a 200 µs spin, 10.8 ms with this one; yielding the core while it waited,
-/// 12 ms).
+/// How long a thread waiting for its turn spins before it sleeps, while this is the only read
+/// taking turns in the process. The other thread hashes a chunk in about 150 µs, but faulting in
+/// fresh pages for its next one can take it far longer, and a thread woken from sleep each time
+/// was slower (16 MiB reads into fresh buffers, in turn: 12 ms each with a 200 µs spin, 10.8 ms
+/// with this one; yielding the core while it waited, 12 ms).
 const SPIN: Duration = Duration::from_millis(2);
 
-/// What a blob is read from: a file, read at an offset without moving its position.
+/// How long it spins while other reads take turns too: their threads outnumber the cores, and a
+/// spinning thread would hold a core that another needs.
+const SPIN_SHARED: Duration = Duration::from_micros(20);
+
+/// Reads taking turns in the process now.
+static READS_TAKING_TURNS: AtomicUsize = AtomicUsize::new(0);
+
+/// What a blob is read from: a file, read at an offset (on Unix without moving its position;
+/// on Windows the position moves, and nothing here depends on it).
 pub trait ReadAt: Sync {
     /// Read into `buf` from `offset`, returning how many bytes were read (0 at the end).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize>;
@@ -45,14 +53,16 @@ impl ReadAt for File {
     }
 }
 
-/// Fill `buf` from the start of `file` and return the sha256 of what was read. The file's
-/// position is left where it was; `buf` must not be longer than the file.
+/// Fill `buf` from the start of `file` and return the sha256 of what was read; `buf` must not be
+/// longer than the file.
 pub fn read_hashed(file: &impl ReadAt, buf: &mut [u8]) -> Result<[u8; 32]> {
     let hasher = Mutex::new(Sha256::new());
     if buf.len() >= SHARED_AT {
         let turns = Turns {
             next: AtomicUsize::new(0),
         };
+        READS_TAKING_TURNS.fetch_add(1, Ordering::Relaxed);
+        let _counted = Counted;
         let shared = std::thread::scope(|scope| {
             let (mut mine, mut theirs) = (Vec::new(), Vec::new());
             for (i, chunk) in buf.chunks_mut(HASH_CHUNK).enumerate() {
@@ -118,7 +128,17 @@ impl Turns {
                 return Ok(());
             }
             hasher.lock().expect("no hash was poisoned").update(&*chunk);
-            self.next.store(i + 1, Ordering::Release);
+            // Only this thread may move the turn on from `i`, but the other may stop the turns
+            // meanwhile; a plain store would undo the stop and leave this thread waiting for ever
+            // for a turn the other will not give.
+            if self
+                .next
+                .compare_exchange(i, i + 1, Ordering::Release, Ordering::Relaxed)
+                .is_err()
+            {
+                leaving.finished = true;
+                return Ok(());
+            }
             other.unpark();
         }
         leaving.finished = true;
@@ -128,15 +148,29 @@ impl Turns {
     /// Wait until chunk `i` may be hashed; false if the turns stopped.
     fn wait_for(&self, i: usize) -> bool {
         let since = Instant::now();
+        let spin = if READS_TAKING_TURNS.load(Ordering::Relaxed) > 1 {
+            SPIN_SHARED
+        } else {
+            SPIN
+        };
         loop {
             match self.next.load(Ordering::Acquire) {
                 n if n == i => return true,
                 STOPPED => return false,
-                _ if since.elapsed() < SPIN => std::hint::spin_loop(),
+                _ if since.elapsed() < spin => std::hint::spin_loop(),
                 // Woken by the other thread's next turn (or at once, if it came meanwhile).
                 _ => std::thread::park(),
             }
         }
+    }
+}
+
+/// Counts a read out of `READS_TAKING_TURNS` when it ends, however it ends.
+struct Counted;
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        READS_TAKING_TURNS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -156,7 +190,7 @@ impl Drop for Leaving<'_> {
     }
 }
 
-/// Whether `file` holds bytes past its first `len`, leaving its position as it is.
+/// Whether `file` holds bytes past its first `len`.
 pub fn holds_more(file: &impl ReadAt, len: u64) -> Result<bool> {
     match read_exact_at(file, &mut [0u8; 1], len) {
         Ok(()) => Ok(true),
@@ -165,7 +199,7 @@ pub fn holds_more(file: &impl ReadAt, len: u64) -> Result<bool> {
     }
 }
 
-/// Fill `buf` from `file` at `offset`, leaving the file's position as it is.
+/// Fill `buf` from `file` at `offset`.
 fn read_exact_at(file: &impl ReadAt, mut buf: &mut [u8], mut offset: u64) -> Result<()> {
     while !buf.is_empty() {
         match file.read_at(buf, offset) {
@@ -270,6 +304,60 @@ mod tests {
             });
             let read = finished.recv_timeout(Duration::from_secs(60)).expect("the read ended");
             assert_eq!(read.unwrap_err().to_string(), "a bad sector", "chunk {failing}");
+        }
+    }
+
+    /// Bytes whose read at one offset fails only once the chunk before it has been read and the
+    /// thread that read it has had time to begin hashing it: the failure lands while the other
+    /// thread holds its turn.
+    struct FailingMidTurn {
+        data: Vec<u8>,
+        failing: usize,
+        before_read: std::sync::atomic::AtomicBool,
+    }
+
+    impl ReadAt for FailingMidTurn {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+            let chunk = offset as usize / HASH_CHUNK;
+            if chunk == self.failing {
+                let since = Instant::now();
+                while !self.before_read.load(Ordering::Acquire) && since.elapsed() < Duration::from_secs(5) {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(Duration::from_micros(50));
+                return Err(Error::other("a bad sector"));
+            }
+            let n = (self.data.len() - offset as usize).min(buf.len());
+            buf[..n].copy_from_slice(&self.data[offset as usize..][..n]);
+            if chunk + 1 == self.failing {
+                self.before_read.store(true, Ordering::Release);
+            }
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_read_failing_while_the_other_thread_hashes_ends_the_read() {
+        // The other thread, hashing in its turn when the read fails, must not hand on a turn
+        // over the stop: it would then wait for ever for the failed thread's next chunk.
+        let data = blob(2 * SHARED_AT).1;
+        for failing in [1, 2, 3, 4, 9] {
+            for round in 0..20 {
+                let (done, finished) = std::sync::mpsc::channel();
+                let source = FailingMidTurn {
+                    data: data.clone(),
+                    failing,
+                    before_read: Default::default(),
+                };
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; source.data.len()];
+                    let _ = done.send(read_hashed(&source, &mut buf));
+                });
+                let read = finished
+                    .recv_timeout(Duration::from_secs(10))
+                    .unwrap_or_else(|_| panic!("chunk {failing}, round {round}: the read never ended"));
+                assert_eq!(read.unwrap_err().to_string(), "a bad sector");
+            }
         }
     }
 
