@@ -30,9 +30,13 @@ const SHARED_AT: usize = 4 * 1024 * 1024;
 /// with this one; yielding the core while it waited, 12 ms).
 const SPIN: Duration = Duration::from_millis(2);
 
-/// How long it spins while other reads take turns too: their threads outnumber the cores, and a
-/// spinning thread would hold a core that another needs.
+/// How long it spins while other reads take turns too (their threads outnumber the cores, and a
+/// spinning thread would hold a core that another needs), or while the blob comes from the disk.
 const SPIN_SHARED: Duration = Duration::from_micros(20);
+
+/// A chunk's read taking longer than this came from the disk, not the page cache (256 KiB at
+/// under 256 MB/s; from the page cache it takes 30-150 µs).
+const SLOW_READ: Duration = Duration::from_millis(1);
 
 /// Reads taking turns in the process now.
 static READS_TAKING_TURNS: AtomicUsize = AtomicUsize::new(0);
@@ -106,8 +110,8 @@ const STOPPED: usize = usize::MAX;
 impl Turns {
     /// Read each of `chunks` (index, bytes) and hash it in its turn, handing each next turn to
     /// `other`. On an error, or a panic, the turns stop, so that `other` does not wait for ever;
-    /// a thread that finds them stopped returns at once, and the one that stopped them returns
-    /// the error.
+    /// a thread that finds them stopped (before a read, or waiting or handing on its turn)
+    /// returns, and the one that stopped them returns the error.
     fn take(
         &self,
         file: &impl ReadAt,
@@ -121,11 +125,17 @@ impl Turns {
             finished: false,
         };
         for (i, chunk) in chunks {
+            if self.next.load(Ordering::Acquire) == STOPPED {
+                break;
+            }
             prefault(chunk);
+            let reading = Instant::now();
             read_exact_at(file, chunk, (i * HASH_CHUNK) as u64)?;
-            if !self.wait_for(i) {
-                leaving.finished = true;
-                return Ok(());
+            // A read this slow came from the disk, and so will the other thread's: waiting for it,
+            // a spinning thread would hold a core for nothing.
+            let from_disk = reading.elapsed() > SLOW_READ;
+            if !self.wait_for(i, from_disk) {
+                break;
             }
             hasher.lock().expect("no hash was poisoned").update(&*chunk);
             // Only this thread may move the turn on from `i`, but the other may stop the turns
@@ -136,8 +146,7 @@ impl Turns {
                 .compare_exchange(i, i + 1, Ordering::Release, Ordering::Relaxed)
                 .is_err()
             {
-                leaving.finished = true;
-                return Ok(());
+                break;
             }
             other.unpark();
         }
@@ -145,10 +154,11 @@ impl Turns {
         Ok(())
     }
 
-    /// Wait until chunk `i` may be hashed; false if the turns stopped.
-    fn wait_for(&self, i: usize) -> bool {
+    /// Wait until chunk `i` may be hashed; false if the turns stopped. `from_disk`: the last read
+    /// came from the disk, so the wait will be long.
+    fn wait_for(&self, i: usize, from_disk: bool) -> bool {
         let since = Instant::now();
-        let spin = if READS_TAKING_TURNS.load(Ordering::Relaxed) > 1 {
+        let spin = if from_disk || READS_TAKING_TURNS.load(Ordering::Relaxed) > 1 {
             SPIN_SHARED
         } else {
             SPIN
@@ -275,6 +285,14 @@ mod tests {
         }
     }
 
+    /// Copy what `data` holds from `offset` into `buf`, as a read does; how many bytes.
+    fn copy_at(data: &[u8], buf: &mut [u8], offset: u64) -> usize {
+        let rest = data.get(offset as usize..).unwrap_or_default();
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        n
+    }
+
     /// Bytes that fail to read at one offset, as a disk might.
     struct FailingAt(Vec<u8>, u64);
 
@@ -283,10 +301,7 @@ mod tests {
             if offset == self.1 {
                 return Err(Error::other("a bad sector"));
             }
-            let rest = self.0.get(offset as usize..).unwrap_or_default();
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            Ok(n)
+            Ok(copy_at(&self.0, buf, offset))
         }
     }
 
@@ -327,8 +342,7 @@ mod tests {
                 std::thread::sleep(Duration::from_micros(50));
                 return Err(Error::other("a bad sector"));
             }
-            let n = (self.data.len() - offset as usize).min(buf.len());
-            buf[..n].copy_from_slice(&self.data[offset as usize..][..n]);
+            let n = copy_at(&self.data, buf, offset);
             if chunk + 1 == self.failing {
                 self.before_read.store(true, Ordering::Release);
             }
@@ -357,6 +371,37 @@ mod tests {
                     .recv_timeout(Duration::from_secs(10))
                     .unwrap_or_else(|_| panic!("chunk {failing}, round {round}: the read never ended"));
                 assert_eq!(read.unwrap_err().to_string(), "a bad sector");
+            }
+        }
+    }
+
+    /// Bytes whose read at one offset panics.
+    struct PanickingAt(Vec<u8>, u64);
+
+    impl ReadAt for PanickingAt {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+            assert_ne!(offset, self.1, "a reader bug");
+            Ok(copy_at(&self.0, buf, offset))
+        }
+    }
+
+    #[test]
+    fn a_panic_on_either_thread_ends_the_read() {
+        // Chunk 2 is this thread's: its panic goes on to the caller. Chunk 3 is the helper's: the
+        // read fails with an error saying so.
+        let data = blob(SHARED_AT + 3 * HASH_CHUNK).1;
+        for failing in [2, 3] {
+            let (done, finished) = std::sync::mpsc::channel();
+            let source = PanickingAt(data.clone(), (failing * HASH_CHUNK) as u64);
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; source.0.len()];
+                let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_hashed(&source, &mut buf)));
+                let _ = done.send(read.map(|r| r.map_err(|e| e.to_string())));
+            });
+            let read = finished.recv_timeout(Duration::from_secs(60)).expect("the read ended");
+            match failing {
+                2 => assert!(read.is_err(), "this thread's panic goes on"),
+                _ => assert_eq!(read.unwrap().unwrap_err(), "the blob reader thread panicked"),
             }
         }
     }
