@@ -1,6 +1,6 @@
 // The package loads from CommonJS and from ES modules, with the same exports.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { packageRoot, tempDir } from './helpers';
@@ -33,6 +33,31 @@ describe('package entry points', () => {
        console.log(e.sequence, Object.isFrozen(e));`,
     ]);
     expect(out.trim()).toBe('1 true');
+  });
+
+  // An ES module importing CommonJS makes Node lex the whole file to guess its named exports; for
+  // world.js the lexer grew hot enough that V8 compiled it on a worker thread (about 50 ms of CPU)
+  // while a program's first operations wanted the cores. The ES entry loads world.js by require.
+  it('loads world.js from its ES module entry without Node lexing it, as the same module require gives', () => {
+    const dir = tempDir();
+    // A loader hook sees each module the ES module loader loads; CommonJS ones it lexes.
+    writeFileSync(
+      join(dir, 'hooks.mjs'),
+      "export async function load(url, context, next) { const r = await next(url, context); if (r.format === 'commonjs') console.log('lexed', url); return r; }",
+    );
+    writeFileSync(join(dir, 'register.mjs'), "import { register } from 'node:module'; register('./hooks.mjs', import.meta.url);");
+    const out = run([
+      '--import',
+      join(dir, 'register.mjs'),
+      '--input-type=module',
+      '-e',
+      `import { appendEvent } from '@little-workflow/world';
+       import { createRequire } from 'node:module';
+       const required = createRequire(process.cwd() + '/')('@little-workflow/world');
+       console.log('same', appendEvent === required.appendEvent);`,
+    ]);
+    expect(out).not.toMatch(/lexed .*world\.js/);
+    expect(out).toContain('same true');
   });
 });
 
