@@ -36,10 +36,10 @@ mod tests {
     }
 
     /// mimalloc asks for transparent huge pages on the memory it maps (`MADV_HUGEPAGE`) unless
-    /// built without (`no_thp`). Where the system honours that advice only (the common
-    /// `madvise` setting), a fault in such memory clears 2 MiB at once and may first compact
-    /// memory to find it: copying appends' long strings in on the JavaScript thread took 120-157
-    /// ms of its CPU for 1,000 64 KiB appends in some runs, against 57-69 ms in the others.
+    /// built without (`no_thp`). Where the system honours that advice only (the `madvise`
+    /// setting, as on the development machine), a fault in such memory clears 2 MiB at once and
+    /// may first compact memory to find it: copying appends' long strings in on the JavaScript
+    /// thread took 119-157 ms of its CPU for 1,000 64 KiB appends in some runs, 57-72 ms in others.
     #[test]
     fn the_allocator_does_not_ask_for_huge_pages() {
         let sizes = [64 * 1024, 1024 * 1024, 64 * 1024 * 1024];
