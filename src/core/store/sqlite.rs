@@ -11,7 +11,7 @@ use crate::core::error::{Result, WorldError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -336,6 +336,8 @@ struct WalState {
     running: Mutex<()>,
     /// Set while a transaction is committed now: its commit never checkpoints inside itself.
     now: AtomicBool,
+    /// WAL bytes whose writeback the writer has started (see [`Writeback`]).
+    written_back: AtomicU64,
 }
 
 impl WalState {
@@ -400,6 +402,10 @@ impl Checkpointer {
         .map_err(|e| WorldError::io("starting the checkpoint thread", None, e))?;
         let hook_wake = wake.clone();
         let state = wal.clone();
+        let page_size: i64 = writer
+            .pragma_query_value(None, "page_size", |r| r.get(0))
+            .map_err(|e| WorldError::sqlite("reading the page size", e))?;
+        let mut writeback = Writeback::new(wal_path(path), page_size, memory_page());
         // Replaces SQLite's automatic checkpoint, which is a WAL hook too.
         writer
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
@@ -407,6 +413,12 @@ impl Checkpointer {
                     // The WAL has started over.
                     state.restarts.fetch_add(1, Ordering::AcqRel);
                     state.checkpointed.store(0, Ordering::Relaxed);
+                }
+                // Not on the calling thread of a transaction committed now (a lone append,
+                // awaited on JavaScript's thread): the next commit of the writer's starts it.
+                if !state.now.load(Ordering::Relaxed) {
+                    let started = writeback.committed(i64::from(pages), state.restarts.load(Ordering::Acquire));
+                    state.written_back.fetch_add(started as u64, Ordering::Relaxed);
                 }
                 if pages >= CHECKPOINT_INLINE_AT && !state.now.load(Ordering::Relaxed) {
                     // The thread has fallen behind: let it finish (two checkpoints at once would
@@ -429,6 +441,112 @@ impl Checkpointer {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+/// The WAL's path: the database's, with `-wal` appended.
+fn wal_path(db: &Path) -> std::path::PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push("-wal");
+    p.into()
+}
+
+/// The system's memory page size.
+fn memory_page() -> i64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf reads a system constant.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if size > 0 {
+            return size as i64;
+        }
+    }
+    4096
+}
+
+/// WAL bytes written since writeback was last started past which the writer starts it again.
+const WRITEBACK_EVERY: i64 = 1024 * 1024;
+
+/// Starts the kernel writing the WAL's new frames to the disk as commits add them, without waiting
+/// for it (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`, on Linux). At `normal` a commit does
+/// not sync, so the frames would sit in the page cache until a checkpoint's fsync, which would
+/// then write them all while the checkpoint (or the writer, checkpointing inside its commit)
+/// waits. Started as they come, most are on the disk by then. It changes nothing of what is
+/// durable when: only the fsyncs SQLite runs make anything durable.
+struct Writeback {
+    wal: std::path::PathBuf,
+    file: Option<std::fs::File>,
+    page_size: i64,
+    /// The system's memory page: writeback is started up to a page boundary only, so that a page
+    /// the next frame will write into is not written out half-filled (and, where the disk wants
+    /// pages held still while they are written, the next commit does not wait for it).
+    memory_page: i64,
+    /// How many times the WAL had started over when writeback was last considered.
+    restarts: u32,
+    /// How far into the WAL (in bytes) writeback has been started.
+    started: i64,
+}
+
+impl Writeback {
+    fn new(wal: std::path::PathBuf, page_size: i64, memory_page: i64) -> Writeback {
+        Writeback {
+            wal,
+            file: None,
+            page_size,
+            memory_page,
+            restarts: 0,
+            started: 0,
+        }
+    }
+
+    /// Where the WAL's first `frames` frames end: a 32-byte header, then frames of a 24-byte
+    /// header and a page each ("WAL-mode File Format").
+    fn end_of(&self, frames: i64) -> i64 {
+        32 + frames * (24 + self.page_size)
+    }
+
+    /// A commit left the WAL `frames` frames long, the WAL having started over `restarts` times
+    /// (see [`WalState::restarts`]): the byte range (offset, length) whose writeback to start
+    /// now, if [`WRITEBACK_EVERY`] bytes have been added since it was last started. The WAL
+    /// starting over starts the count over.
+    fn due(&mut self, frames: i64, restarts: u32) -> Option<(i64, i64)> {
+        if restarts != self.restarts {
+            self.restarts = restarts;
+            self.started = 0;
+        }
+        let to = self.end_of(frames) / self.memory_page * self.memory_page;
+        if to - self.started < WRITEBACK_EVERY {
+            return None;
+        }
+        let from = std::mem::replace(&mut self.started, to);
+        Some((from, to - from))
+    }
+
+    /// Start the writeback of what a commit made due (see [`Writeback::due`]); returns the bytes
+    /// whose writeback was started. A failure (a WAL that cannot be opened, a system without
+    /// `sync_file_range`) starts none: the checkpoint's fsync writes them.
+    fn committed(&mut self, frames: i64, restarts: u32) -> i64 {
+        let Some((offset, len)) = self.due(frames, restarts) else {
+            return 0;
+        };
+        #[cfg(target_os = "linux")]
+        {
+            if self.file.is_none() {
+                self.file = std::fs::File::open(&self.wal).ok();
+            }
+            if let Some(f) = &self.file {
+                use std::os::fd::AsRawFd;
+                // SAFETY: a plain system call on a descriptor this struct owns, asking the kernel
+                // to start writing pages already in its cache.
+                let done = unsafe { libc::sync_file_range(f.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) };
+                if done == 0 {
+                    return len;
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (offset, &self.file, &self.wal);
+        0
     }
 }
 
@@ -1315,6 +1433,68 @@ mod tests {
 
     fn file_len(path: &Path) -> u64 {
         std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    }
+
+    #[test]
+    fn writeback_is_due_every_mebibyte_up_to_a_memory_page_boundary_and_again_when_the_wal_starts_over() {
+        let mut w = Writeback::new("unused-wal".into(), 4096, 4096);
+        let end = |frames: i64| 32 + frames * (4096 + 24);
+        let page_below = |bytes: i64| bytes / 4096 * 4096;
+        // 1 MiB is reached within frame 255 (ending at 1,050,632 bytes), and the writeback stops
+        // at the memory page boundary below its end.
+        assert_eq!(w.due(1, 0), None);
+        assert_eq!(w.due(254, 0), None);
+        assert_eq!(w.due(255, 0), Some((0, page_below(end(255)))));
+        assert_eq!(page_below(end(255)), 1_048_576);
+        // From where the last one ended, contiguously.
+        assert_eq!(w.due(300, 0), None);
+        assert_eq!(w.due(600, 0), Some((1_048_576, page_below(end(600)) - 1_048_576)));
+        // The WAL started over: counted from its start again, even once it has grown past where
+        // the writeback had got to (commits in between were not seen).
+        assert_eq!(w.due(700, 1), Some((0, page_below(end(700)))));
+        assert_eq!(w.due(10, 2), None);
+        assert_eq!(w.due(255, 2), Some((0, 1_048_576)));
+        // Other page sizes, of the database and of memory.
+        let mut w = Writeback::new("unused-wal".into(), 65536, 16384);
+        assert_eq!(w.due(15, 0), None);
+        assert_eq!(w.due(16, 0), Some((0, (32 + 16 * (65536 + 24)) / 16384 * 16384)));
+    }
+
+    /// The writer starts the writeback of the WAL as commits add to it (`sync_file_range`, which
+    /// the kernel must accept for the count to grow), and commits stay readable.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn at_normal_the_writer_starts_writing_the_wal_back_as_commits_add_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
+        let wal = writer.checkpointer.as_ref().unwrap().wal.clone();
+        // 100 rows of about a page each: some 400 KiB of frames a transaction.
+        let mut n = 0;
+        while n < 1000 {
+            commit_rows(&mut writer, "run_wb", n, 100);
+            n += 100;
+        }
+        let started = wal.written_back.load(Ordering::Relaxed);
+        assert!(started >= 3 << 20, "writeback was started for {started} bytes");
+        assert_eq!(count_rows(&reader, "run_wb") as u64, n);
+
+        // A transaction committed now never starts it on its (the caller's) thread, though
+        // more than a mebibyte of frames is committed so.
+        let mut now = 0;
+        for _ in 0..600 {
+            let before = wal.written_back.load(Ordering::Relaxed);
+            match writer.transaction_now(&mut |tx| insert_rows(tx, "run_wb", n, 1)) {
+                Some(done) => {
+                    done.unwrap();
+                    now += 1;
+                    assert_eq!(wal.written_back.load(Ordering::Relaxed), before);
+                }
+                None => commit_rows(&mut writer, "run_wb", n, 1),
+            }
+            n += 1;
+        }
+        assert!(now > 300, "{now} transactions were committed now");
+        assert_eq!(count_rows(&reader, "run_wb") as u64, n);
     }
 
     #[test]
