@@ -580,3 +580,48 @@ fn an_awaited_append_commits_on_the_callers_thread_only_when_nothing_waits() {
     world.close(2).unwrap();
     rx.recv_timeout(Duration::from_secs(30)).unwrap().1.unwrap();
 }
+
+/// The prep thread stops once it has handed the writer [`BACKLOG_MAX`] bytes not yet committed:
+/// with the writer held up by another connection's write lock, 200 appends of 64 KiB stay mostly
+/// with the prep thread (without the limit it passes them all on in milliseconds), and once the
+/// lock is let go every one commits, in call order.
+#[test]
+fn the_prep_thread_runs_at_most_a_few_mebibytes_ahead_of_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    // Create the store's files before another connection opens it.
+    world.append(1, append("run_bl", 0)).unwrap();
+    wait_all(&rx, 1);
+    let holder = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let blob = "b".repeat(64 * 1024);
+    let n = 200;
+    for i in 1..=n {
+        let mut r = append("run_bl", i);
+        r.payload_json = format!(r#"{{"stepPath":"s{i}","blob":"{blob}"}}"#);
+        world.append(1 + i as Ticket, r).unwrap();
+    }
+    let pending = || {
+        let submit = world.inner.submit.lock().unwrap();
+        submit.as_ref().unwrap().prep_pending.load(Ordering::Acquire)
+    };
+    let fits = BACKLOG_MAX / (64 * 1024) + 1;
+    std::thread::sleep(Duration::from_millis(500));
+    let held = pending();
+    assert!(
+        held >= n - fits - 1,
+        "the prep thread passed on {} of {n} appends",
+        n - held
+    );
+    assert!(rx.try_recv().is_err(), "nothing commits while the lock is held");
+    holder.execute_batch("ROLLBACK").unwrap();
+    let done = wait_all(&rx, n);
+    let tickets: Vec<Ticket> = done.iter().map(|(t, _)| *t).collect();
+    assert_eq!(tickets, (2..=n as Ticket + 1).collect::<Vec<_>>());
+    assert!(done.into_iter().all(|(_, out)| out.is_ok()));
+    assert_eq!(envelopes(&world, "run_bl", 0, None).len(), n + 1);
+    assert_eq!(pending(), 0);
+    world.close(9999).unwrap();
+    wait_all(&rx, 1);
+}
