@@ -545,7 +545,7 @@ impl Writeback {
             }
         }
         #[cfg(not(target_os = "linux"))]
-        let _ = (offset, &self.file, &self.wal);
+        let _ = (offset, len, &self.file, &self.wal);
         0
     }
 }
