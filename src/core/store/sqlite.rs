@@ -41,9 +41,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     // Both exist now (the connection has read the database in WAL mode); SQLite keeps the -shm
     // beside the database's real path, the target of a symlinked database.
     let db = OpenedFile::at(&path)?;
-    let mut shm = db.path.clone().into_os_string();
-    shm.push("-shm");
-    let files = vec![db.clone(), OpenedFile::at(Path::new(&shm))?];
+    let files = vec![db.clone(), OpenedFile::at(&beside(&db.path, "-shm"))?];
     let mut reader = SqliteReader::new(path.clone(), Access::ReadWrite);
     reader.identity = Some(db);
     Ok((
@@ -405,7 +403,12 @@ impl Checkpointer {
         let page_size: i64 = writer
             .pragma_query_value(None, "page_size", |r| r.get(0))
             .map_err(|e| WorldError::sqlite("reading the page size", e))?;
-        let mut writeback = Writeback::new(wal_path(path), page_size, memory_page());
+        // The database exists by now (the writer has opened it in WAL mode). Unresolved, the
+        // writeback would find no WAL beside a symlink and quietly start none.
+        let real = path
+            .canonicalize()
+            .map_err(|e| WorldError::io("resolving", Some(path.to_path_buf()), e))?;
+        let mut writeback = Writeback::new(beside(&real, "-wal"), page_size, memory_page());
         // Replaces SQLite's automatic checkpoint, which is a WAL hook too.
         writer
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
@@ -444,10 +447,11 @@ impl Checkpointer {
     }
 }
 
-/// The WAL's path: the database's, with `-wal` appended.
-fn wal_path(db: &Path) -> std::path::PathBuf {
-    let mut p = db.as_os_str().to_owned();
-    p.push("-wal");
+/// The path of a file SQLite keeps beside the database (its `-wal` or `-shm`): the database's
+/// real path (the target of a symlinked database), with `suffix` appended.
+fn beside(real_db: &Path, suffix: &str) -> PathBuf {
+    let mut p = real_db.as_os_str().to_owned();
+    p.push(suffix);
     p.into()
 }
 
@@ -1717,5 +1721,17 @@ mod tests {
         std::os::unix::fs::symlink(target.join("events/events.db"), dir.join("events/events.db")).unwrap();
         let (mut writer, _) = open(&dir, Durability::Normal).unwrap();
         commit_rows(&mut writer, "run_s", 0, 2);
+        // SQLite keeps the WAL beside the real path too: its writeback is started there.
+        #[cfg(target_os = "linux")]
+        {
+            let mut n = 2;
+            while n < 1000 {
+                commit_rows(&mut writer, "run_s", n, 100);
+                n += 100;
+            }
+            let wal = &writer.checkpointer.as_ref().unwrap().wal;
+            let started = wal.written_back.load(Ordering::Relaxed);
+            assert!(started >= 3 << 20, "writeback was started for {started} bytes");
+        }
     }
 }
