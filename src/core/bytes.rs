@@ -21,6 +21,19 @@ const MAP_STEP: usize = 2 * 1024 * 1024;
 /// At most this many bytes of let-go mappings are kept for reuse.
 const POOL_MAX_BYTES: usize = 64 * 1024 * 1024;
 
+/// The system's memory page size, if it tells.
+pub fn memory_page() -> Option<usize> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf only reads a setting.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if size > 0 {
+            return Some(size as usize);
+        }
+    }
+    None
+}
+
 /// The process's mappings kept for reuse.
 static POOL: Pool = Pool::new(POOL_MAX_BYTES);
 

@@ -231,10 +231,8 @@ fn read_exact_at(file: &impl ReadAt, mut buf: &mut [u8], mut offset: u64) -> Res
 fn prefault(chunk: &mut [u8]) {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: sysconf only reads a setting.
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            p if p > 0 => p as usize,
-            _ => return,
+        let Some(page) = crate::core::bytes::memory_page() else {
+            return;
         };
         let at = chunk.as_mut_ptr() as usize;
         let (from, end) = (at.next_multiple_of(page), (at + chunk.len()) / page * page);

@@ -408,7 +408,8 @@ impl Checkpointer {
         let real = path
             .canonicalize()
             .map_err(|e| WorldError::io("resolving", Some(path.to_path_buf()), e))?;
-        let mut writeback = Writeback::new(beside(&real, "-wal"), page_size, memory_page());
+        let memory_page = crate::core::bytes::memory_page().unwrap_or(4096) as i64;
+        let mut writeback = Writeback::new(beside(&real, "-wal"), page_size, memory_page);
         // Replaces SQLite's automatic checkpoint, which is a WAL hook too.
         writer
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
@@ -453,19 +454,6 @@ fn beside(real_db: &Path, suffix: &str) -> PathBuf {
     let mut p = real_db.as_os_str().to_owned();
     p.push(suffix);
     p.into()
-}
-
-/// The system's memory page size.
-fn memory_page() -> i64 {
-    #[cfg(unix)]
-    {
-        // SAFETY: sysconf reads a system constant.
-        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if size > 0 {
-            return size as i64;
-        }
-    }
-    4096
 }
 
 /// WAL bytes written since writeback was last started past which the writer starts it again.
