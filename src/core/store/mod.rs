@@ -270,23 +270,63 @@ mod tests {
     }
 
     #[test]
+    fn sqlite_the_writer_runs_no_triggers() {
+        // A trigger would give each insert a statement journal (see `schema::fence_writer`); the
+        // writer skips them, and a trigger that refuses every insert shows it.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, _reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
+        let other = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+        // A writer of this schema that runs the triggers, as earlier builds did.
+        other
+            .create_scalar_function(
+                "little_world_writer",
+                1,
+                rusqlite::functions::FunctionFlags::SQLITE_UTF8,
+                |ctx| Ok(ctx.get::<i64>(0)? == 4),
+            )
+            .unwrap();
+        other
+            .execute_batch("CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'refused'); END;")
+            .unwrap();
+        let refused = other.execute(
+            "INSERT INTO events (run_id, sequence, event_id, type, recorded_at, envelope) VALUES ('run_x', 1, 'e', 'T', '', '{}')",
+            [],
+        );
+        assert!(refused.unwrap_err().to_string().contains("refused"));
+        for sequence in 1..=2 {
+            writer
+                .transaction(&mut |tx| tx.insert(&row(sequence, None, "e")))
+                .unwrap();
+        }
+    }
+
+    #[test]
     fn sqlite_an_append_after_a_newer_version_upgraded_the_world_says_so() {
         let dir = tempfile::tempdir().unwrap();
         let (mut writer, _reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
         let mut append = |sequence: u64| writer.transaction(&mut |tx| tx.insert(&row(sequence, None, "e")));
         append(1).unwrap();
-        // What a later version's upgrade does to the fence, from another connection.
+        // What a later version's upgrade does, from another connection: its tables, the fence of
+        // the writers that run the trigger, and its schema version.
         let other = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
-        other
-            .execute_batch(
-                "DROP TRIGGER events_writer;
-                 CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(5)
-                 BEGIN SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version'); END;",
-            )
+        let upgrade = "BEGIN;
+             CREATE TABLE later (x INTEGER);
+             DROP TRIGGER events_writer;
+             CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(5)
+             BEGIN SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version'); END;
+             PRAGMA user_version = 5;
+             COMMIT;";
+        other.execute_batch(upgrade).unwrap();
+        for _ in 0..2 {
+            let err = append(2).unwrap_err();
+            assert_eq!(err.code(), "WORLD_PATH", "{err}");
+            assert!(err.to_string().contains("upgraded by a newer version"), "{err}");
+            assert!(err.to_string().contains("to schema 5"), "{err}");
+        }
+        let count: i64 = other
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .unwrap();
-        let err = append(2).unwrap_err();
-        assert_eq!(err.code(), "WORLD_PATH", "{err}");
-        assert!(err.to_string().contains("upgraded by a newer version"), "{err}");
+        assert_eq!(count, 1);
     }
 
     #[test]

@@ -11,14 +11,21 @@
 //! [`backfill_estimates`]), as the reads see them: SQLite's JSON functions stop at 1,000 levels,
 //! one short of an envelope around a payload nested as deep as a payload may be.
 //!
-//! Since schema 4, every insert into `events` must come from a writer of this schema (see
-//! [`fence_writer`]): a process of an earlier version that already had the world open when it was
-//! upgraded would otherwise go on appending without keeping the tables it does not know.
+//! Since schema 4, every insert into `events` must come from a writer of this schema: a process of
+//! an earlier version that already had the world open when it was upgraded would otherwise go on
+//! appending without keeping the tables it does not know. Writers of schemas 1-3 meet the
+//! `events_writer` trigger, which stops them. This build's writer skips triggers (see
+//! [`fence_writer`]) and is fenced by the schema version instead: each write transaction that
+//! finds another connection's commit since its own last one reads `user_version` again, under
+//! the write lock, and appends nothing once it is past [`SCHEMA_VERSION`]. A later version's
+//! upgrade must therefore raise `user_version` (every migration does) and, for the writers of
+//! schema 4 built before this one, which do run the trigger, make it call `little_world_writer`
+//! with the new number.
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::run_events::{self, stored::stream_of};
-use rusqlite::functions::FunctionFlags;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 use serde_json::{Map, Value};
 
@@ -63,9 +70,11 @@ const MIGRATIONS: &[&str] = &[
         open   INTEGER NOT NULL,
         PRIMARY KEY (run_id, model)
     ) WITHOUT ROWID;",
-    // 4: only writers of this schema append (see `fence_writer`). An earlier version's process
-    // has no such function, so its insert fails to prepare and stores nothing; a later version
-    // replaces the trigger with its own number, and this one's writers get the message.
+    // 4: only writers of this schema append (see the module's documentation). An earlier
+    // version's process has no such function, so its insert fails to prepare and stores nothing.
+    // Writers of this schema built before `fence_writer` turned triggers off registered the
+    // function (true for 4) and run the trigger: a later version replaces it with its own number,
+    // and they get the message.
     "CREATE TRIGGER events_writer BEFORE INSERT ON events
      WHEN NOT little_world_writer(4)
      BEGIN
@@ -112,17 +121,26 @@ pub fn check(conn: &Connection, db_path: &str) -> Result<i32> {
     Ok(version)
 }
 
-/// Make `conn` a writer of this schema: the function [`MIGRATIONS`]' trigger asks whether the
-/// inserting connection's schema is the world's. Called on the writer's connection before it
-/// migrates or appends.
+/// Make `conn` a writer of this schema: it runs no triggers. The schema's one trigger,
+/// `events_writer`, fences writers of earlier schemas, and an insert into a table with a trigger
+/// gets a statement journal: SQLite copies every page the insert changes that was there before it
+/// (and writes it to a temporary file once that passes 64 KiB, as it does when a large group
+/// spills its page cache mid-transaction), so that the trigger could undo it. This writer is
+/// fenced by the schema version instead (see the module's documentation and
+/// [`newer_than_this_build`]). Called on the writer's connection before it migrates or appends.
 pub fn fence_writer(conn: &Connection) -> Result<()> {
-    conn.create_scalar_function(
-        "little_world_writer",
-        1,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC | FunctionFlags::SQLITE_INNOCUOUS,
-        |ctx| Ok(ctx.get::<i64>(0)? == i64::from(SCHEMA_VERSION)),
-    )
-    .map_err(|e| WorldError::sqlite("registering the writer's schema", e))
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false)
+        .map(drop)
+        .map_err(|e| WorldError::sqlite("turning the writer's triggers off", e))
+}
+
+/// The schema version of `conn`'s world when a later version has upgraded it past this build's,
+/// read in the caller's transaction.
+pub fn newer_than_this_build(conn: &Connection) -> Result<Option<i32>> {
+    let version: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| WorldError::sqlite("reading the schema version", e))?;
+    Ok((version > SCHEMA_VERSION).then_some(version))
 }
 
 /// Check that `conn` is a world (or empty) and bring its schema up to [`SCHEMA_VERSION`], in one
@@ -235,6 +253,7 @@ fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::functions::FunctionFlags;
 
     fn pragma_i32(conn: &Connection, name: &str) -> Result<i32> {
         conn.pragma_query_value(None, name, |r| r.get(0))
@@ -377,7 +396,8 @@ mod tests {
             err.to_string().contains("no such function: little_world_writer"),
             "{err}"
         );
-        // A writer of a schema the world has moved past (as this one's will be by the next).
+        // A writer of schema 4 built before writers skipped triggers, once the world has moved
+        // past schema 4 (a later version makes the trigger ask for its own number).
         conn.create_scalar_function("little_world_writer", 1, FunctionFlags::SQLITE_UTF8, |_| Ok(false))
             .unwrap();
         let err = insert(&conn).unwrap_err();
@@ -387,9 +407,13 @@ mod tests {
             "{err}"
         );
         assert!(rows(&conn, "SELECT * FROM events").is_empty());
+        // This build's writer runs no trigger; the schema version fences it.
         fence_writer(&conn).unwrap();
         insert(&conn).unwrap();
         assert_eq!(rows(&conn, "SELECT count(*) FROM events"), ["1"]);
+        assert_eq!(newer_than_this_build(&conn).unwrap(), None);
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+        assert_eq!(newer_than_this_build(&conn).unwrap(), Some(SCHEMA_VERSION + 1));
     }
 
     #[test]

@@ -599,6 +599,24 @@ impl SqliteWriter {
         })
     }
 
+    /// Refuse to write once a later version has upgraded the world while this writer had it open:
+    /// it would append without keeping the tables it does not know. The schema's trigger fences
+    /// writers of earlier schemas; this one runs no triggers (see [`schema::fence_writer`]).
+    fn check_not_upgraded(&self) -> Result<()> {
+        match schema::newer_than_this_build(&self.conn)? {
+            None => Ok(()),
+            Some(version) => Err(WorldError::Path {
+                message: format!(
+                    "{}: the world was upgraded by a newer version of @little-workflow/world (to schema {version}; this \
+                     version writes schema {}) while this one had it open, so this version may not append to it any \
+                     more; append with that version",
+                    self.conn.path().unwrap_or("the event store"),
+                    schema::SCHEMA_VERSION
+                ),
+            }),
+        }
+    }
+
     fn data_version(&self) -> Result<i64> {
         self.conn
             .prepare_cached("PRAGMA data_version")
@@ -711,11 +729,21 @@ impl SqliteWriter {
     /// The body of a write transaction begun by the caller, who read `version`
     /// ([`SqliteWriter::begun_version`]): run `body`, then commit, or roll back.
     fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>, version: i64) -> Result<()> {
-        if let Err(e) = self.check_files() {
+        // Another connection has committed since this writer's last transaction (or this is its
+        // first): it may have been a later version's upgrade.
+        let others_committed = self.data_version != Some(version);
+        let checked = self.check_files().and_then(|()| {
+            if others_committed {
+                self.check_not_upgraded()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = checked {
             let _ = self.exec("ROLLBACK", "rolling back");
             return Err(e);
         }
-        if self.data_version != Some(version) || self.tails.len() > MAX_TAILS {
+        if others_committed || self.tails.len() > MAX_TAILS {
             self.tails.clear();
         }
         let mut tx = SqliteTx {
@@ -823,16 +851,6 @@ impl LogTx for SqliteTx<'_> {
                 ])
             })
             .map_err(|e| match &e {
-                // The schema's fence (see `schema::fence_writer`): a newer version upgraded the
-                // world under this open one.
-                rusqlite::Error::SqliteFailure(f, _) if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_TRIGGER => {
-                    WorldError::Path {
-                        message: format!(
-                            "{}: the world was upgraded by a newer version of @little-workflow/world while this one had it open, so this version may not append to it any more; append with that version",
-                            self.conn.path().unwrap_or("the event store")
-                        ),
-                    }
-                }
                 rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
                     WorldError::RuntimeIntegrity {
                         reason: format!(
