@@ -36,6 +36,10 @@ describe.each(worldKinds)('artifacts on %s', (_name, makeWorld) => {
       { encoding: 'json', payload: 'just a string' },
       { encoding: 'utf8', payload: 'héllo wörld — 😀 \u0000 end' },
       { encoding: 'utf8', payload: '' },
+      // Long text crosses in one write when it is ASCII; past 16 Mi units, as N-API measures it.
+      { encoding: 'utf8', payload: 'a'.repeat(100_000) },
+      { encoding: 'utf8', payload: `${'a'.repeat(100_000)}é` },
+      { encoding: 'utf8', payload: `${'b'.repeat(16 * 1024 * 1024)}€` },
       { encoding: 'bytes', payload: Buffer.from([0, 1, 2, 255, 254]) },
       { encoding: 'bytes', payload: new Uint8Array(0) },
       { encoding: 'bytes', payload: new Uint8Array([9, 8, 7]).subarray(1) },

@@ -142,6 +142,14 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
       { ['\u0000key']: big, nested: { deeper: [[long(4096)], long(4095), '\u00001'] } },
       { short: '\u00000', other: '\u0000' }, // no long string: sent as plain JSON text
     ];
+    // Each string crosses as UTF-8 in one write when it is ASCII, and again when it is not: wide
+    // characters only at either end, only wide ones, only astral ones (two units each).
+    cases.push(
+      { ascii: 'x'.repeat(70_000) },
+      { endsWide: `${'a'.repeat(5000)}é`, startsWide: `é${'a'.repeat(5000)}` },
+      { cjk: '中'.repeat(5000), astral: '\u{1F600}'.repeat(3000), lastAstral: `${'b'.repeat(4999)}\u{1F600}` },
+      { text: Array.from({ length: 3000 }, (_, i) => (i === 2999 ? 'é' : 'ab')) }, // long JSON text, no long string
+    );
     for (let i = 0; i < 20; i++) cases.push({ i, parts: Array.from({ length: 1 + (i % 4) }, () => long(next() < 0.5 ? 100 : 4000 + Math.floor(next() * 9000))) });
     for (const [i, payload] of cases.entries()) {
       const keyed = i % 2 === 0;

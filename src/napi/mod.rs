@@ -7,6 +7,7 @@
 mod completion;
 mod functions;
 mod idle;
+mod text;
 mod world;
 
 use crate::core::error::WorldError;

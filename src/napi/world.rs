@@ -1,6 +1,7 @@
 //! `NativeWorld`: one open world, as `world.ts` sees it.
 
 use super::completion::JsCompleter;
+use super::text::Text;
 use super::{throw, RawValue};
 use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
@@ -159,16 +160,18 @@ impl NativeWorld {
         env: Env,
         run_id: String,
         event_type: String,
-        payload_json: String,
+        #[napi(ts_arg_type = "string")] payload_json: Text,
         idempotency_key: Option<String>,
-        strings: Option<Vec<String>>,
+        #[napi(ts_arg_type = "Array<string> | undefined | null")] strings: Option<Vec<Text>>,
     ) -> napi::Result<RawValue> {
         self.submit_with(&env, WAIT_IN_PLACE, |t, waiting| {
             let req = AppendRequest {
                 run_id,
                 event_type,
-                payload_json,
-                strings: strings.unwrap_or_default(),
+                payload_json: payload_json.0,
+                strings: strings
+                    .map(|s| s.into_iter().map(|t| t.0).collect())
+                    .unwrap_or_default(),
                 key: idempotency_key,
                 draft: None,
             };
@@ -187,7 +190,7 @@ impl NativeWorld {
         &self,
         env: Env,
         stream_id: String,
-        draft_json: String,
+        #[napi(ts_arg_type = "string")] draft_json: Text,
         session: bool,
     ) -> napi::Result<RawValue> {
         self.submit(&env, |t| {
@@ -196,7 +199,7 @@ impl NativeWorld {
                 AppendRequest {
                     run_id: stream_id,
                     event_type: String::new(),
-                    payload_json: draft_json,
+                    payload_json: draft_json.0,
                     strings: Vec::new(),
                     key: None,
                     draft: Some(if session { Stream::Session } else { Stream::Run }),
@@ -229,7 +232,7 @@ impl NativeWorld {
         name: String,
         content_type: String,
         encoding: String,
-        text: Option<String>,
+        #[napi(ts_arg_type = "string | undefined | null")] text: Option<Text>,
         bytes: Option<Buffer>,
     ) -> napi::Result<RawValue> {
         self.submit(&env, |t| {
@@ -241,7 +244,7 @@ impl NativeWorld {
                 encoding: Encoding::parse(&encoding)?,
             };
             let data = match (text, bytes) {
-                (Some(s), _) => Data::Text(s),
+                (Some(s), _) => Data::Text(s.0),
                 (None, Some(b)) => Data::Shared(Box::new(SharedBuffer(b))),
                 (None, None) => return Err(WorldError::validation("input.payload", "is missing")),
             };
