@@ -382,6 +382,68 @@ fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
     wait_all(&rx, 1);
 }
 
+/// Under load too, a small append is prepared on the caller's thread and sent straight to the
+/// writer once the prep thread has nothing queued: an invalid one is refused right there (the
+/// prep thread answers a larger one through the completer), and the valid ones commit in call
+/// order, behind the large one the prep thread had.
+#[test]
+fn under_load_a_small_append_is_prepared_on_the_callers_thread_and_commits_in_call_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    // The writer waits for another connection's write lock, so what it is sent stays unsettled.
+    let holder = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut large = append("run_u", 0);
+    large.payload_json = format!("{{\"stepPath\":\"{}\"}}", "l".repeat(INLINE_PREP_MAX));
+    world.append(0, large).unwrap();
+    for i in 1..3 {
+        world.append(i as Ticket, append("run_u", i)).unwrap();
+    }
+    // The prep thread passes the large one on (it waits for the writer only past its backlog).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while world
+        .inner
+        .submit
+        .lock()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .prep_pending
+        .load(Ordering::Acquire)
+        > 0
+    {
+        assert!(std::time::Instant::now() < deadline, "the prep thread kept its appends");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut bad = append("run_u", 3);
+    bad.payload_json = "[1]".into();
+    let err = world.append(3, bad).unwrap_err();
+    assert_eq!(err.code(), "EVENT_VALIDATION", "{err}");
+    // A larger one goes to the prep thread, which answers it.
+    let mut larger = append("run_u", 6);
+    larger.payload_json = format!("[{}1]", "1,".repeat(INLINE_UNDER_LOAD_MAX / 2));
+    world.append(6, larger).unwrap();
+    let (t, out) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("answered by the prep thread");
+    assert_eq!(t, 6);
+    assert_eq!(out.unwrap_err().code(), "EVENT_VALIDATION");
+    for i in 4..6 {
+        world.append(i as Ticket, append("run_u", i)).unwrap();
+    }
+    assert!(rx.try_recv().is_err(), "nothing settles while the lock is held");
+    holder.execute_batch("ROLLBACK").unwrap();
+    let done = wait_all(&rx, 5);
+    let order: Vec<(Ticket, u64)> = done
+        .into_iter()
+        .map(|(t, out)| (t, json_of(out)["sequence"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(order, [(0, 1), (1, 2), (2, 3), (4, 4), (5, 5)]);
+    world.close(9).unwrap();
+    wait_all(&rx, 1);
+}
+
 /// A keyed append refused for its payload settles before a close called after it, as every append
 /// does: it is answered in call order by the prep thread (it was once answered on the shared pool,
 /// and a close could resolve first).
