@@ -463,7 +463,7 @@ impl World {
                 // Answered by the prep thread with a read of its key, and never by the writer.
                 return submit.to_prep(PrepMsg::Refused(ticket, Box::new(prepared)));
             }
-            let prepared = if awaited && submit.unsettled.load(Ordering::Acquire) == 0 {
+            let prepared = if awaited && idle {
                 self.commit_now(ticket, prepared)
             } else {
                 Some(prepared)

@@ -15,13 +15,13 @@ use napi::{sys, Status};
 pub struct Text(pub String);
 
 /// Strings longer than this (in UTF-16 units) are written with V8's own measure of their UTF-8
-/// length, as napi-rs does: for a string that is not ASCII, three bytes per unit would reserve up
-/// to 48 MiB more than it needs while it is held.
+/// length, as napi-rs does: a string that is not ASCII holds a buffer of three bytes per unit,
+/// 48 MiB at this length, however much of it the string needs.
 const SIZED_BY_UNITS_MAX: usize = 16 * 1024 * 1024;
 
 impl Text {
-    /// Write the string at `value` into a buffer of `capacity` bytes (and one for the terminator
-    /// N-API adds); how many bytes it wrote.
+    /// Write the string at `value` into a new buffer with room for `capacity` bytes (and the
+    /// terminator N-API adds); the bytes written.
     ///
     /// SAFETY: `env` and `value` are the current call's, and `value` is a string.
     unsafe fn write(env: sys::napi_env, value: sys::napi_value, capacity: usize) -> napi::Result<Vec<u8>> {
