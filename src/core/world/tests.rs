@@ -52,6 +52,13 @@ fn envelopes(world: &World, run: &str, after: u64, limit: Option<u64>) -> Vec<Va
     out
 }
 
+/// Another connection to the world's store at `dir`, holding its write lock until it rolls back.
+fn hold_write_lock(dir: &Path) -> rusqlite::Connection {
+    let holder = rusqlite::Connection::open(dir.join("events/events.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    holder
+}
+
 fn wait_all(rx: &Done, n: usize) -> Vec<(Ticket, Result<Output>)> {
     (0..n)
         .map(|_| rx.recv_timeout(std::time::Duration::from_secs(30)).expect("completion"))
@@ -357,8 +364,7 @@ fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
     let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
-    let holder = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
-    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let holder = hold_write_lock(dir.path());
     for (ticket, pad) in [(1, 0), (2, 20_000)] {
         let mut r = append("run_l", 0);
         r.event_type = "harness.session.completed".into();
@@ -392,8 +398,7 @@ fn under_load_a_small_append_is_prepared_on_the_callers_thread_and_commits_in_ca
     let (c, rx) = channel();
     let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
     // The writer waits for another connection's write lock, so what it is sent stays unsettled.
-    let holder = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
-    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let holder = hold_write_lock(dir.path());
     let mut large = append("run_u", 0);
     large.payload_json = format!("{{\"stepPath\":\"{}\"}}", "l".repeat(INLINE_PREP_MAX));
     world.append(0, large).unwrap();
@@ -618,8 +623,7 @@ fn an_awaited_append_commits_on_the_callers_thread_only_when_nothing_waits() {
 
     // Another connection holds the write lock: the call returns without waiting for it, and the
     // writer's thread commits the append once the lock is let go.
-    let other = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
-    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let other = hold_write_lock(dir.path());
     world.append_awaited(103, append("run_t", 103)).unwrap();
     assert!(
         rx.try_recv().is_err(),
@@ -655,8 +659,7 @@ fn the_prep_thread_runs_at_most_a_few_mebibytes_ahead_of_the_writer() {
     // Create the store's files before another connection opens it.
     world.append(1, append("run_bl", 0)).unwrap();
     wait_all(&rx, 1);
-    let holder = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
-    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let holder = hold_write_lock(dir.path());
     let blob = "b".repeat(64 * 1024);
     let n = 200;
     for i in 1..=n {
