@@ -9,6 +9,7 @@
 pub mod memory;
 pub mod schema;
 pub mod sqlite;
+mod wal_vfs;
 
 use crate::core::error::Result;
 

@@ -36,7 +36,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     let path = dir.join("events.db");
     check_path_length(&path)?;
     crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
-    let mut conn = connect(&path, Access::ReadWrite)?;
+    let mut conn = connect_as(&path, Access::ReadWrite, true)?;
     let checkpointer = prepare_writer(&mut conn, &path, durability).map_err(|e| on(&conn, e))?;
     // Both exist now (the connection has read the database in WAL mode); SQLite keeps the -shm
     // beside the database's real path, the target of a symlinked database.
@@ -148,12 +148,23 @@ enum Access {
 }
 
 fn connect(path: &Path, access: Access) -> Result<Connection> {
+    connect_as(path, access, false)
+}
+
+/// Open a connection; `writer`: the world's writer, whose WAL writes are gathered (see
+/// [`super::wal_vfs`]) where that VFS could be registered.
+fn connect_as(path: &Path, access: Access, writer: bool) -> Result<Connection> {
     configure_sqlite_once();
     let flags = match access {
         Access::ReadWrite => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
         Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| {
+    let opened = if writer && super::wal_vfs::register() {
+        Connection::open_with_flags_and_vfs(path, flags, super::wal_vfs::NAME)
+    } else {
+        Connection::open_with_flags(path, flags)
+    };
+    let conn = opened.map_err(|e| {
         let mut err = WorldError::sqlite("opening", e).in_database(path, None);
         // SQLite's "unable to open database file" hides why; opening the file here tells.
         if let WorldError::Sqlite { os: os @ None, .. } = &mut err {
@@ -1473,6 +1484,20 @@ mod tests {
     /// The writer starts the writeback of the WAL as commits add to it (`sync_file_range`, which
     /// the kernel must accept for the count to grow), and commits stay readable.
     #[cfg(target_os = "linux")]
+    #[test]
+    fn the_writers_wal_writes_are_gathered_and_a_readers_are_not_written_at_all() {
+        for durability in [Durability::Normal, Durability::Full] {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut writer, reader) = open(dir.path(), durability).unwrap();
+            commit_rows(&mut writer, "run_g", 0, 20);
+            assert!(super::super::wal_vfs::gathers(&writer.conn), "{durability:?}");
+            assert_eq!(count_rows(&reader, "run_g"), 20);
+            assert!(!reader
+                .with_conn(|conn| Ok(super::super::wal_vfs::gathers(conn)))
+                .unwrap());
+        }
+    }
+
     #[test]
     fn at_normal_the_writer_starts_writing_the_wal_back_as_commits_add_to_it() {
         let dir = tempfile::tempdir().unwrap();
