@@ -83,7 +83,7 @@ struct WalFile {
 /// Where the default VFS's file object starts within ours.
 const INNER_AT: usize = std::mem::size_of::<WalFile>().next_multiple_of(16);
 
-/// Frames gathered for one write.
+/// What a WAL file of this VFS holds back, and what it knows of the WAL.
 struct Gather {
     /// The gathered bytes, from file offset `start`.
     buf: Vec<u8>,
@@ -114,14 +114,15 @@ enum Expect {
 }
 
 impl Gather {
+    /// Where what is gathered ends in the file.
     fn end(&self) -> i64 {
         self.start + self.buf.len() as i64
     }
+}
 
-    /// Whether `offset` is where a frame starts.
-    fn frame_at(&self, offset: i64, page: usize) -> bool {
-        offset >= WAL_HEADER as i64 && (offset - WAL_HEADER as i64) % (FRAME_HEADER + page) as i64 == 0
-    }
+/// Whether `offset` is where a frame starts, in a WAL of `page`-byte pages.
+fn frame_at(offset: i64, page: usize) -> bool {
+    offset >= WAL_HEADER as i64 && (offset - WAL_HEADER as i64) % (FRAME_HEADER + page) as i64 == 0
 }
 
 /// A page size SQLite could have written in a WAL header.
@@ -303,7 +304,7 @@ unsafe fn write(file: *mut ffi::sqlite3_file, bytes: &[u8], offset: i64) -> c_in
         } else {
             offset >= g.high
         })
-        && page.is_some_and(|page| g.frame_at(offset, page))
+        && page.is_some_and(|page| frame_at(offset, page))
     {
         // A frame header: a frame appended after what is gathered, or after everything written
         // (one rewritten, to correct its checksum, lies before that and goes to the file).
