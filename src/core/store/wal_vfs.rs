@@ -417,21 +417,30 @@ unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c
         .expect("the default VFS has characteristics"))(inner(file))
 }
 
-/// Whether `conn`'s WAL (open once it has read in WAL mode) is written through this VFS.
+/// `conn`'s WAL file object (open once it has read in WAL mode), or null. The connection keeps
+/// it open while it lives.
 #[cfg(test)]
-pub fn gathers(conn: &rusqlite::Connection) -> bool {
+fn wal_file(conn: &rusqlite::Connection) -> *mut ffi::sqlite3_file {
     let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
     // SAFETY: SQLITE_FCNTL_JOURNAL_POINTER stores the connection's journal (here WAL) file object
-    // into `file`, or null; it is only compared here.
+    // into `file`, or leaves it null.
     unsafe {
-        let rc = ffi::sqlite3_file_control(
+        ffi::sqlite3_file_control(
             conn.handle(),
             c"main".as_ptr(),
             ffi::SQLITE_FCNTL_JOURNAL_POINTER,
             &mut file as *mut _ as *mut c_void,
         );
-        rc == ffi::SQLITE_OK && !file.is_null() && std::ptr::eq((*file).pMethods, &WAL_METHODS)
     }
+    file
+}
+
+/// Whether `conn`'s WAL is written through this VFS.
+#[cfg(test)]
+pub fn gathers(conn: &rusqlite::Connection) -> bool {
+    let file = wal_file(conn);
+    // SAFETY: a file object the connection holds open; only its methods pointer is read.
+    !file.is_null() && std::ptr::eq(unsafe { (*file).pMethods }, &WAL_METHODS)
 }
 
 #[cfg(test)]
@@ -458,24 +467,10 @@ mod tests {
 
     /// The WAL's file object of `conn`, and what it has written so far.
     fn wal_writes(conn: &Connection) -> (u64, bool) {
-        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
-        // SAFETY: SQLITE_FCNTL_JOURNAL_POINTER stores the journal's (here the WAL's) file object
-        // into `file`; the connection keeps it open while `conn` lives.
-        unsafe {
-            let rc = ffi::sqlite3_file_control(
-                conn.handle(),
-                c"main".as_ptr(),
-                ffi::SQLITE_FCNTL_JOURNAL_POINTER,
-                &mut file as *mut _ as *mut c_void,
-            );
-            assert_eq!(rc, ffi::SQLITE_OK);
-            assert!(
-                !file.is_null() && std::ptr::eq((*file).pMethods, &WAL_METHODS),
-                "the WAL is gathered"
-            );
-            let g = gather(file);
-            (g.writes, g.buf.is_empty())
-        }
+        assert!(gathers(conn), "the WAL is gathered");
+        // SAFETY: the connection's WAL, opened by this VFS and held open while `conn` lives.
+        let g = unsafe { gather(wal_file(conn)) };
+        (g.writes, g.buf.is_empty())
     }
 
     fn insert(conn: &Connection, from: i64, rows: i64, fill: char) {
@@ -622,16 +617,12 @@ mod tests {
         let path = dir.path().join("t.db");
         let conn = gathering(&path, "NORMAL");
         insert(&conn, 1, 1, 'a');
-        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
-        // SAFETY: as in `wal_writes`; the writes below go through the WAL's own methods, past
-        // the end of every frame SQLite wrote (which it never reads without a commit of its own).
+        assert!(gathers(&conn));
+        let file = wal_file(&conn);
+        // SAFETY: the connection's WAL, opened by this VFS; the writes below go through its own
+        // methods, past the end of every frame SQLite wrote (which it never reads without a
+        // commit of its own).
         unsafe {
-            ffi::sqlite3_file_control(
-                conn.handle(),
-                c"main".as_ptr(),
-                ffi::SQLITE_FCNTL_JOURNAL_POINTER,
-                &mut file as *mut _ as *mut c_void,
-            );
             let end = std::fs::metadata(path.with_extension("db-wal")).unwrap().len() as i64;
             let write =
                 |bytes: &[u8], at: i64| x_write(file, bytes.as_ptr() as *const c_void, bytes.len() as c_int, at);
