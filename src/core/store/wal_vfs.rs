@@ -502,9 +502,10 @@ mod tests {
         rows.map(|r| r.unwrap()).collect()
     }
 
-    fn expected(rows: &[(i64, char)]) -> Vec<(i64, String)> {
-        rows.iter()
-            .map(|&(k, c)| (k, format!("{k}:{}", c.to_string().repeat(3000))))
+    /// The rows `recovered` should find: key `k` holding `fill` repeated, as `insert` writes it.
+    fn expected(rows: impl IntoIterator<Item = (i64, char)>) -> Vec<(i64, String)> {
+        rows.into_iter()
+            .map(|(k, c)| (k, format!("{k}:{}", c.to_string().repeat(3000))))
             .collect()
     }
 
@@ -531,10 +532,7 @@ mod tests {
                 after - before
             );
             // Everything committed is in the file: a crash now would keep it.
-            assert_eq!(
-                recovered(&path),
-                expected(&(1..=200).map(|k| (k, 'a')).collect::<Vec<_>>())
-            );
+            assert_eq!(recovered(&path), expected((1..=200).map(|k| (k, 'a'))));
         }
     }
 
@@ -553,19 +551,13 @@ mod tests {
         insert(&conn, 1, 100, 'b');
         conn.execute_batch("COMMIT").unwrap();
         want.extend((1..=100).map(|k| (k, 'b')));
-        assert_eq!(
-            recovered(&path),
-            expected(&want.iter().map(|(&k, &c)| (k, c)).collect::<Vec<_>>())
-        );
+        assert_eq!(recovered(&path), expected(want.clone()));
 
         // A transaction that spilled and then rolled back leaves only what was committed.
         conn.execute_batch("BEGIN").unwrap();
         insert(&conn, 50, 200, 'x');
         conn.execute_batch("ROLLBACK").unwrap();
-        assert_eq!(
-            recovered(&path),
-            expected(&want.iter().map(|(&k, &c)| (k, c)).collect::<Vec<_>>())
-        );
+        assert_eq!(recovered(&path), expected(want.clone()));
 
         // A savepoint rolled back inside a committed transaction.
         conn.execute_batch("BEGIN").unwrap();
@@ -577,10 +569,7 @@ mod tests {
         conn.execute_batch("COMMIT").unwrap();
         want.extend((101..=130).map(|k| (k, 'c')));
         want.extend((10..=14).map(|k| (k, 'd')));
-        assert_eq!(
-            recovered(&path),
-            expected(&want.iter().map(|(&k, &c)| (k, c)).collect::<Vec<_>>())
-        );
+        assert_eq!(recovered(&path), expected(want.clone()));
         assert!(wal_writes(&conn).1);
 
         // Once everything is checkpointed, the next commit starts the WAL over from its header.
@@ -595,10 +584,7 @@ mod tests {
             long,
             "the WAL was written over, not grown"
         );
-        assert_eq!(
-            recovered(&path),
-            expected(&want.iter().map(|(&k, &c)| (k, c)).collect::<Vec<_>>())
-        );
+        assert_eq!(recovered(&path), expected(want.clone()));
 
         // Another connection sees each commit as it returns.
         let other = Connection::open(&path).unwrap();
