@@ -951,8 +951,10 @@ fn writer_loop(
             completer.complete(done);
         }
         if let Some((t, let_go)) = close {
-            drop(writer.lock().unwrap_or_else(|p| p.into_inner()).take());
+            // The readers' connections close before the writer's, so that SQLite's checkpoint at
+            // the store's last close runs through the writer's (see `SqliteWriter`'s drop).
             let_go();
+            drop(writer.lock().unwrap_or_else(|p| p.into_inner()).take());
             completer.complete(vec![(t, Ok(Output::Unit))]);
             return;
         }

@@ -38,18 +38,23 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
     let mut conn = connect_as(&path, Access::ReadWrite, true)?;
     let checkpointer = prepare_writer(&mut conn, &path, durability).map_err(|e| on(&conn, e))?;
-    // Both exist now (the connection has read the database in WAL mode); SQLite keeps the -shm
-    // beside the database's real path, the target of a symlinked database.
+    // All three exist now (the connection has read the database in WAL mode); SQLite keeps the
+    // -shm and the -wal beside the database's real path, the target of a symlinked database.
     let db = OpenedFile::at(&path)?;
-    let files = vec![db.clone(), OpenedFile::at(&beside(&db.path, "-shm"))?];
+    let files = vec![
+        db.clone(),
+        OpenedFile::at(&beside(&db.path, "-shm"))?,
+        OpenedFile::at(&beside(&db.path, "-wal"))?,
+    ];
     let mut reader = SqliteReader::new(path.clone(), Access::ReadWrite);
-    reader.identity = Some(db);
+    reader.identity = files.clone();
     Ok((
         SqliteWriter {
-            conn,
+            conn: std::mem::ManuallyDrop::new(conn),
             tails: HashMap::new(),
             data_version: None,
             files,
+            damage: None,
             checkpointer,
         },
         reader,
@@ -92,7 +97,7 @@ pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
         });
     }
     let mut reader = SqliteReader::new(path.clone(), Access::ReadOnly);
-    reader.identity = Some(OpenedFile::at(&path)?);
+    reader.identity = vec![OpenedFile::at(&path)?];
     let shown = path.display().to_string();
     if reader.with_conn(|conn| schema::check(conn, &shown))? == 0 {
         return Err(WorldError::Path {
@@ -206,22 +211,32 @@ impl OpenedFile {
 
     /// Refuse `doing` once the file at the path is gone or another (deleted and made again, or
     /// moved): the world would act on a store no path leads to, or on one it does not own.
-    /// `consequence` follows the "deleted" in the message. A `stat`: 0.45-0.7 us here.
+    /// `consequence` follows the "deleted" in the message. One `stat`.
     fn check(&self, doing: &str, consequence: &str) -> Result<()> {
         match file_id(&self.path) {
             Ok(now) if now == self.id => Ok(()),
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(WorldError::io("checking the event store", Some(self.path.clone()), e))
             }
-            _ => Err(WorldError::io(
-                doing,
-                Some(self.path.clone()),
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!("deleted, moved or replaced while this world had it open{consequence}"),
-                ),
-            )),
+            _ => Err(self.damaged(doing, consequence)),
         }
+    }
+
+    /// Whether the file at the path is still this one.
+    fn is_unchanged(&self) -> bool {
+        matches!(file_id(&self.path), Ok(id) if id == self.id)
+    }
+
+    /// The error [`OpenedFile::check`] gives once the file is gone or another.
+    fn damaged(&self, doing: &str, consequence: &str) -> WorldError {
+        WorldError::io(
+            doing,
+            Some(self.path.clone()),
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("deleted, moved or replaced while this world had it open{consequence}"),
+            ),
+        )
     }
 }
 
@@ -297,15 +312,36 @@ fn check_path_length(path: &Path) -> Result<()> {
 
 /// The writer's connection.
 pub struct SqliteWriter {
-    conn: Connection,
+    /// Closed when the writer is dropped, unless the store's files were replaced in a way that
+    /// makes closing it unsafe (see [`Damage::Unsafe`]).
+    conn: std::mem::ManuallyDrop<Connection>,
     /// What this writer knows of each run's tail: the last sequence, and the run's terminal event.
     /// Valid only while no other connection has committed since this writer's last commit, which
     /// `PRAGMA data_version` tells at the start of each transaction; otherwise it is cleared.
     tails: HashMap<String, Tail>,
     data_version: Option<i64>,
-    /// The database and its `-shm` file (see [`SqliteWriter::check_files`]).
+    /// The database, its `-shm` and its `-wal` (see [`SqliteWriter::check_files`]).
     files: Vec<OpenedFile>,
+    /// Set once a file of the store was found deleted or replaced, with the index in `files` of
+    /// the first found: nothing is written any more.
+    damage: Option<(Damage, usize)>,
     checkpointer: Option<Checkpointer>,
+}
+
+/// The index of the `-wal` in [`SqliteWriter::files`], after the database and its `-shm`.
+const WAL: usize = 2;
+
+/// What the writer could make safe once a file of its store was deleted or replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Damage {
+    /// Only the WAL was: what it held was checkpointed into the database through this writer's
+    /// connection, which still reads the deleted WAL, so every commit is in `events.db`.
+    Rescued,
+    /// The database or its `-shm` was, or the checkpoint failed. Closing the connection could
+    /// make SQLite, taking it for the store's last connection, checkpoint into a file no path
+    /// leads to and delete the `-wal` and `-shm` now at the paths, which another process may be
+    /// using: the connection is left open until the process ends instead.
+    Unsafe,
 }
 
 /// WAL pages not yet checkpointed at which the checkpoint thread is woken after a commit
@@ -595,19 +631,49 @@ impl SqliteWriter {
         exec(&self.conn, sql, what)
     }
 
-    /// Refuse to write once the database or its `-shm` file has been deleted (or replaced) while
-    /// open: a cleaner of old files, an `rm -rf` of the data directory. SQLite would carry on:
-    /// commits would go to a file no path leads to any more, lost at close, and other processes,
-    /// creating the files anew, would hand out the same sequences. One `stat` of each per
-    /// transaction.
-    fn check_files(&self) -> Result<()> {
-        self.files.iter().try_for_each(|f| {
-            f.check(
-                "appending to the event store",
-                ", so appends would be lost and other processes would not see them; close the world (and \
-                 restore the data directory) before appending",
-            )
-        })
+    /// Refuse to write once the database, its `-shm` or its `-wal` has been deleted (or replaced)
+    /// while open: a cleaner of old files, an `rm -rf` of the data directory. SQLite would carry
+    /// on: commits would go to a file no path leads to any more, lost at close, and other
+    /// processes, creating the files anew, would hand out the same sequences. One `stat` of each.
+    /// Once this has failed it keeps failing: the writer is damaged (see [`Damage`]).
+    fn check_files(&mut self) -> Result<()> {
+        let (damage, changed) = match self.damage {
+            Some(d) => d,
+            None => match self.files.iter().position(|f| !f.is_unchanged()) {
+                None => return Ok(()),
+                Some(i) => (self.secure(i), i),
+            },
+        };
+        let consequence = if damage == Damage::Rescued {
+            ", so appends would be lost and other processes would not see them (every append committed before \
+             was copied into the database); close the world before appending"
+        } else {
+            ", so appends would be lost and other processes would not see them; close the world (and restore the \
+             data directory) before appending"
+        };
+        Err(self.files[changed].damaged("appending to the event store", consequence))
+    }
+
+    /// A file of the store, `self.files[changed]`, was deleted or replaced: stop writing, and
+    /// where only the WAL was, checkpoint it into the database (see [`Damage::Rescued`]).
+    fn secure(&mut self, changed: usize) -> Damage {
+        let wal_only = changed == WAL && self.files[..WAL].iter().all(OpenedFile::is_unchanged);
+        let rescued = wal_only && {
+            let _ = self.exec("ROLLBACK", "rolling back");
+            // Every frame of the WAL this connection reads is copied into the database, which is
+            // synced (busy is 0 when the checkpoint could finish, and log equals checkpointed).
+            match self.conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            }) {
+                Ok((busy, log, done)) => busy == 0 && log == done,
+                Err(_) => false,
+            }
+        };
+        let damage = if rescued { Damage::Rescued } else { Damage::Unsafe };
+        self.damage = Some((damage, changed));
+        self.tails.clear();
+        self.data_version = None;
+        damage
     }
 
     /// Refuse to write once a later version has upgraded the world while this writer had it open:
@@ -787,6 +853,13 @@ impl SqliteWriter {
         }
         match self.exec("COMMIT", "committing appends") {
             Ok(()) => {
+                // A file deleted or replaced between the check above and the commit: the commit
+                // stands only where it was checkpointed into the database.
+                if let Err(e) = self.check_files() {
+                    if !matches!(self.damage, Some((Damage::Rescued, _))) {
+                        return Err(e);
+                    }
+                }
                 for (run, tail) in staged {
                     self.tails.insert(run, tail);
                 }
@@ -800,6 +873,19 @@ impl SqliteWriter {
                 self.data_version = None;
                 Err(e)
             }
+        }
+    }
+}
+
+impl Drop for SqliteWriter {
+    /// Close the connection, once sure that closing it loses nothing (see [`Damage`]).
+    fn drop(&mut self) {
+        if self.damage.is_none() {
+            let _ = self.check_files();
+        }
+        if !matches!(self.damage, Some((Damage::Unsafe, _))) {
+            // SAFETY: `conn` is dropped once, here, and not used after: this is the writer's drop.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.conn) };
         }
     }
 }
@@ -982,12 +1068,12 @@ pub struct SqliteReader {
     path: PathBuf,
     access: Access,
     pool: Mutex<Pool>,
-    /// The database as the world opened it: every read is refused once the file at its path is
-    /// another (the data directory deleted and made again, by another world perhaps). A pooled
+    /// The store's files as the world opened them (the database, and for a writable world its
+    /// `-shm` and `-wal`): every read is refused once the file at one of their paths is another
+    /// (the data directory deleted and made again, by another world perhaps). A pooled
     /// connection would go on reading the deleted store; a new one would read a store this world
-    /// does not own, and its close, as this SQLite's last connection, would take the WAL of the
-    /// store's owner with it.
-    identity: Option<OpenedFile>,
+    /// does not own, or a WAL that is not the one the wal-index describes.
+    identity: Vec<OpenedFile>,
 }
 
 /// The reader's idle connections; none are kept once it is closed.
@@ -1003,13 +1089,13 @@ impl SqliteReader {
             path,
             access,
             pool: Mutex::new(Pool::default()),
-            identity: None,
+            identity: Vec::new(),
         }
     }
 
     fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        if let Some(db) = &self.identity {
-            db.check(
+        for file in &self.identity {
+            file.check(
                 "reading the event store",
                 "; close the world and open the data directory again",
             )?;
@@ -1648,7 +1734,7 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_writer_whose_files_were_deleted_while_open_refuses_to_write() {
-        for deleted in ["the data directory", "events.db-shm", "events.db"] {
+        for deleted in ["the data directory", "events.db-shm", "events.db-wal", "events.db"] {
             let root = tempfile::tempdir().unwrap();
             let dir = root.path().join("world");
             let (mut writer, _reader) = open(&dir, Durability::Normal).unwrap();
@@ -1683,6 +1769,26 @@ mod tests {
                 "events.db-shm" => assert_eq!(open(&dir, Durability::Normal).map(drop).unwrap_err().code(), "WORLD_IO"),
                 _ => {}
             }
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_writer_whose_wal_was_deleted_copies_it_into_the_database_before_refusing() {
+        for durability in [Durability::Full, Durability::Normal] {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut writer, reader) = open(dir.path(), durability).unwrap();
+            commit_rows(&mut writer, "run_w", 0, 3);
+            std::fs::remove_file(dir.path().join("events/events.db-wal")).unwrap();
+            let err = writer.transaction(&mut |tx| insert_rows(tx, "run_w", 3, 1)).unwrap_err();
+            assert_eq!(err.code(), "WORLD_IO", "{err}");
+            assert_eq!(writer.damage, Some((Damage::Rescued, WAL)));
+            drop(reader);
+            drop(writer);
+            // The database file alone holds the three rows: nothing is left in any WAL.
+            let db = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
+            let n: i64 = db.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap();
+            assert_eq!(n, 3, "{durability:?}");
         }
     }
 
