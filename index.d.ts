@@ -44,7 +44,9 @@ export declare class NativeWorld {
   materialize(runId: string): Promise<string>
   /**
    * Publish an artifact; resolves with its manifest's JSON. `text` carries a `json` payload (as
-   * JSON text) or a `utf8` one; `bytes` a `bytes` one, read in place off the JavaScript thread.
+   * JSON text) or a `utf8` one; `bytes` a `bytes` one, copied here, during the call: once it
+   * returns, JavaScript may detach or resize the buffer's memory (transfer it, shrink it) and
+   * the collector free it, so nothing may read it later.
    */
   writeArtifact(runId: string, stepPath: string, name: string, contentType: string, encoding: string, text?: string | undefined | null, bytes?: Buffer | undefined | null): Promise<string>
   /** Read and verify an artifact; resolves with `[manifestJson, payload]`. */

@@ -776,8 +776,8 @@ export type ReadArtifactResult = {
 /**
  * Store a payload as a content-addressed artifact and resolve with its manifest. Writing the same
  * artifact again verifies the stored blob and returns the stored manifest. Hashing and file I/O run
- * on the world's own threads; a `bytes` payload is read in place, so do not modify it until the
- * promise settles.
+ * on the world's own threads; a `bytes` payload is copied during the call, so what is stored is
+ * its bytes as they were then, whatever happens to the buffer after.
  */
 export async function writeArtifact(world: World, input: WriteArtifactInput): Promise<ArtifactManifest> {
   const handle = nativeOf(world);

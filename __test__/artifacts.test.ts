@@ -332,3 +332,29 @@ describe('artifacts across processes', () => {
     expect(readdirSync(join(dataDir, 'artifacts')).filter((f) => f.endsWith('.tmp'))).toEqual([]);
   });
 });
+
+describe('a bytes payload whose memory is taken away while the write is pending', () => {
+  const cases = [
+    ['transferred away and collected', 'transfer'],
+    ['shrunk to nothing', 'shrink'],
+  ] as const;
+  it.each(cases)('is stored as it was at the call when %s', async (_name, how) => {
+    for (const kind of ['local', 'virtual']) {
+      for (let i = 0; i < 2; i++) {
+        const out = await new Promise<{ code: number | null; signal: string | null; stdout: string; stderr: string }>((resolve) => {
+          const child = spawn(process.execPath, ['--expose-gc', join(__dirname, 'fixtures', 'detach-child.cjs'), how, kind, tempDir()], { cwd: packageRoot });
+          let stdout = '';
+          let stderr = '';
+          child.stdout.on('data', (d) => (stdout += d));
+          child.stderr.on('data', (d) => (stderr += d));
+          child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+        });
+        expect(out.signal, out.stderr).toBeNull();
+        expect(out.code, out.stderr).toBe(0);
+        const result = JSON.parse(out.stdout) as { stored: string; reread: string; expected: string };
+        expect(result.stored).toBe(result.expected);
+        expect(result.reread).toBe(result.expected);
+      }
+    }
+  });
+});

@@ -113,8 +113,8 @@ pub enum Data {
     Text(String),
     /// Text that is already canonical JSON (for `json`), stored as is.
     Canonical(String),
-    /// Bytes owned elsewhere (a JavaScript buffer); read in chunks, never copied whole.
-    Shared(Box<dyn AsRef<[u8]> + Send + Sync>),
+    /// Raw bytes (for `bytes`).
+    Bytes(Vec<u8>),
 }
 
 /// `art_` + the first 16 hex of sha256(JCS({runId, stepPath, name, contentType, encoding, payloadHash})).
@@ -165,10 +165,10 @@ fn check_meta(meta: &NewArtifact) -> Result<()> {
 fn payload_bytes(meta: &NewArtifact, data: Data) -> Result<Payload> {
     match (meta.encoding, data) {
         (Encoding::Json, Data::Text(text)) => canonical::canonicalize_text(&text)
-            .map(|c| Payload::Owned(c.into_bytes()))
+            .map(|c| Payload(c.into_bytes()))
             .map_err(|e| WorldError::validation("input.payload", e.to_string()).for_run(&meta.run_id)),
-        (Encoding::Json, Data::Canonical(c)) | (Encoding::Utf8, Data::Text(c)) => Ok(Payload::Owned(c.into_bytes())),
-        (Encoding::Bytes, Data::Shared(b)) => Ok(Payload::Shared(b)),
+        (Encoding::Json, Data::Canonical(c)) | (Encoding::Utf8, Data::Text(c)) => Ok(Payload(c.into_bytes())),
+        (Encoding::Bytes, Data::Bytes(b)) => Ok(Payload(b)),
         (encoding, _) => Err(WorldError::validation(
             "input.payload",
             match encoding {
@@ -181,17 +181,12 @@ fn payload_bytes(meta: &NewArtifact, data: Data) -> Result<Payload> {
     }
 }
 
-enum Payload {
-    Owned(Vec<u8>),
-    Shared(Box<dyn AsRef<[u8]> + Send + Sync>),
-}
+/// The bytes to store.
+struct Payload(Vec<u8>);
 
 impl Payload {
     fn bytes(&self) -> &[u8] {
-        match self {
-            Payload::Owned(v) => v,
-            Payload::Shared(b) => (**b).as_ref(),
-        }
+        &self.0
     }
 }
 
@@ -251,9 +246,7 @@ impl ArtifactStore {
         let payload = payload_bytes(&meta, data)?;
         match &self.backend {
             Backend::Memory(map) => {
-                // Copied before hashing, so the hash describes the stored bytes even if the
-                // caller's buffer changes meanwhile.
-                let bytes = payload.bytes().to_vec();
+                let bytes = payload.0;
                 let sha = ids::sha256_tagged(&bytes);
                 let id = artifact_id(&meta, &sha);
                 let mut map = map.lock().expect("artifact map");

@@ -221,7 +221,9 @@ impl NativeWorld {
     }
 
     /// Publish an artifact; resolves with its manifest's JSON. `text` carries a `json` payload (as
-    /// JSON text) or a `utf8` one; `bytes` a `bytes` one, read in place off the JavaScript thread.
+    /// JSON text) or a `utf8` one; `bytes` a `bytes` one, copied here, during the call: once it
+    /// returns, JavaScript may detach or resize the buffer's memory (transfer it, shrink it) and
+    /// the collector free it, so nothing may read it later.
     #[napi(ts_return_type = "Promise<string>")]
     #[allow(clippy::too_many_arguments)]
     pub fn write_artifact(
@@ -245,7 +247,7 @@ impl NativeWorld {
             };
             let data = match (text, bytes) {
                 (Some(s), _) => Data::Text(s.0),
-                (None, Some(b)) => Data::Shared(Box::new(SharedBuffer(b))),
+                (None, Some(b)) => Data::Bytes(b.to_vec()),
                 (None, None) => return Err(WorldError::validation("input.payload", "is missing")),
             };
             self.world.write_artifact(t, meta, data)
@@ -332,14 +334,5 @@ impl NativeWorld {
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close(&self, env: Env) -> napi::Result<RawValue> {
         self.submit(&env, |t| self.world.close(t))
-    }
-}
-
-/// A JavaScript buffer the core reads in place; napi-rs releases it on the JavaScript thread.
-struct SharedBuffer(Buffer);
-
-impl AsRef<[u8]> for SharedBuffer {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
     }
 }

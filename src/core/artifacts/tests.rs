@@ -12,7 +12,7 @@ fn meta(encoding: Encoding) -> NewArtifact {
 }
 
 fn bytes(b: &[u8]) -> Data {
-    Data::Shared(Box::new(b.to_vec()))
+    Data::Bytes(b.to_vec())
 }
 
 #[test]
@@ -160,7 +160,7 @@ fn concurrent_writers_of_one_artifact_end_with_one_intact_artifact() {
             let payload = payload.clone();
             std::thread::spawn(move || {
                 store
-                    .write(meta(Encoding::Bytes), Data::Shared(Box::new(payload)))
+                    .write(meta(Encoding::Bytes), Data::Bytes(payload))
                     .unwrap()
             })
         })
