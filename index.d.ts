@@ -59,8 +59,11 @@ export declare class NativeWorld {
   readOuterLoop(outerLoopId: string): Promise<string>
   /** Write an outer-loop manifest (JSON text). */
   writeOuterLoop(manifestJson: string): Promise<void>
-  /** Re-check a run, or the whole world; resolves with the report's JSON. */
-  verify(runId?: string | undefined | null): Promise<string>
+  /**
+   * Re-check a run, or the whole world, with the store's own check `thorough` or fast;
+   * resolves with the report's JSON.
+   */
+  verify(runId?: string | undefined | null, thorough?: boolean | undefined | null): Promise<string>
   /** The runs in the world with count, times, status and cost, as JSON. */
   runs(): Promise<string>
   /**

@@ -1101,15 +1101,27 @@ export type VerifyReport = {
   readonly problems: readonly VerifyProblem[];
 };
 
+/** Options of {@link verifyWorld}. */
+export interface VerifyOptions {
+  /**
+   * Run the store's thorough check (SQLite's `integrity_check`, which also compares every index
+   * with its table) instead of its fast one (`quick_check`). Default false.
+   */
+  thorough?: boolean;
+}
+
 /**
- * Re-check a run (or, without `runId`, every run and every artifact): dense sequences, canonical
- * stored envelopes, event ids, rows that agree with their envelopes, referenced artifacts present,
- * artifact hashes and sizes. Resolves with every problem found; it does not throw for them.
+ * Re-check a run (or, without `runId`, every run and every artifact): the store's own check of
+ * its files, dense sequences, canonical stored envelopes, event ids, rows that agree with their
+ * envelopes, referenced artifacts present, artifact hashes and sizes. Resolves with every problem
+ * found; it does not throw for them.
  */
-export async function verifyWorld(world: World, runId?: string): Promise<VerifyReport> {
+export async function verifyWorld(world: World, runId?: string, opts?: VerifyOptions): Promise<VerifyReport> {
   const handle = nativeOf(world);
   if (runId !== undefined) checkRunIdType(runId);
-  return frozen<VerifyReport>(await call(() => handle.verify(runId)));
+  const o = options(opts, 'verifyWorld options');
+  if (o.thorough !== undefined && typeof o.thorough !== 'boolean') invalid('thorough', 'must be a boolean');
+  return frozen<VerifyReport>(await call(() => handle.verify(runId, o.thorough)));
 }
 
 /** A run (or session) stored in a world. */

@@ -109,6 +109,27 @@ describe('little', () => {
     expect(JSON.parse(r2.stdout).problems.map((p: { kind: string }) => p.kind)).toContain('artifact-manifest');
   });
 
+  it('verify reports what SQLite finds wrong with the database, fast and --thorough', async () => {
+    const { dataDir } = await seededWorld();
+    const file = join(dataDir, 'events', 'events.db');
+    const db = new Database(file, { readonly: true });
+    const page = (db.prepare("SELECT pageno FROM dbstat WHERE name = 'sqlite_autoindex_events_1'").get() as { pageno: number }).pageno;
+    const pageSize = db.pragma('page_size', { simple: true }) as number;
+    db.close();
+    // The index entry of (run_other, 1) made to name a run that has no rows.
+    const bytes = readFileSync(file);
+    const at = bytes.indexOf('run_other', (page - 1) * pageSize);
+    expect(at).toBeGreaterThan(0);
+    bytes[at + 4] ^= 0x01;
+    writeFileSync(file, bytes);
+    for (const args of [['verify'], ['verify', '--thorough'], ['verify', 'run_cli', '--thorough']]) {
+      const r = little(...args, '--data-dir', dataDir);
+      expect(r.code, args.join(' ')).toBe(1);
+      const report = JSON.parse(r.stdout);
+      expect(report.problems.some((p: { kind: string }) => p.kind === 'store'), args.join(' ')).toBe(true);
+    }
+  });
+
   it('explains usage, with exit code 2 for usage errors', async () => {
     const { dataDir } = await seededWorld();
     for (const cmd of ['events', 'replay', 'verify', 'runs']) {

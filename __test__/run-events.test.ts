@@ -331,7 +331,11 @@ describe('no secrets in the log', () => {
   });
 });
 
-/** Insert a row the way a newer writer would, with a correct envelope, straight into the store. */
+/**
+ * Insert a row the way a newer writer would, with a correct envelope, straight into the store.
+ * Only while no world of this process has the store open: this other copy of SQLite, closing,
+ * takes itself for the store's last connection and removes the WAL and -shm under the world.
+ */
 function insertRaw(dataDir: string, runId: string, type: string, payload: Record<string, unknown>) {
   const db = asWriter(new Database(join(dataDir, 'events', 'events.db')));
   const sequence = ((db.prepare('SELECT MAX(sequence) AS s FROM events WHERE run_id = ?').get(runId) as { s: number }).s ?? 0) + 1;
@@ -507,10 +511,14 @@ describe('reading run-event logs written by a newer writer', () => {
     expect((await listEvents(world, 'run_newer')).length).toBe(5);
 
     // Refinements added later hold on write only: rows an earlier version stored stay readable.
+    // (Rows are inserted with another copy of SQLite, which may not share the store with an open
+    // world in this process: see `insertRaw`.)
+    await world.close();
     const refined = [
       insertRaw(dataDir, 'run_earlier', 'budget:warning', { spentMicrocents: 10, limitMicrocents: 100, thresholdPct: 80 }),
       insertRaw(dataDir, 'run_earlier', 'cost:attempt_settled', { nodeId: 'n', model: 'm', attemptNumber: 1, inputTokens: 1, outputTokens: 1, costMicrocents: 100, cumulativeCostMicrocents: 50, priced: true }),
     ];
+    world = track(localWorld({ dataDir }));
     expect((await listRunEvents(world, 'run_earlier')).map((e) => e.sequenceNumber)).toEqual(refined);
     expect(foldRunEvents(await loadRunEventLogForReplay(world, 'run_earlier')).costs.realizedCostMicrocents).toBe(50);
     for (const draft of [
@@ -521,7 +529,9 @@ describe('reading run-event logs written by a newer writer', () => {
     }
 
     // A known type whose body does not parse is corruption, on both reads.
+    await world.close();
     insertRaw(dataDir, 'run_broken', 'node:started', { nodeType: 'agent' });
+    world = track(localWorld({ dataDir }));
     // One read at a time: a second read made up front could reject before anyone awaits it.
     for (const read of [() => listRunEvents(world, 'run_broken'), () => loadRunEventLogForReplay(world, 'run_broken')]) {
       const err = await rejection(read());

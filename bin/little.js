@@ -3,7 +3,7 @@
 //
 //   little events <runId>    one canonical JSON envelope per line (for jq)
 //   little replay <runId>    the materialized state as JSON
-//   little verify [runId]    re-check density, event ids, canonical payloads, artifact hashes
+//   little verify [runId]    re-check the store, density, event ids, payloads, artifact hashes
 //   little runs              the runs in the world, one JSON object per line
 //   little serve             the inspector page and a read-only API (Server-Sent Events)
 //
@@ -23,6 +23,7 @@ commands:
   events <runId>    print a run's events, one canonical JSON envelope per line
   replay <runId>    print a run's materialized state as JSON
   verify [runId]    re-check a run, or the whole world; exit 1 when problems are found
+                    (--thorough: the store's full integrity check)
   runs              print the runs in the world, one JSON object per line
   serve             serve the inspector and a read-only API (little serve --help)
 
@@ -43,11 +44,12 @@ Folds <runId>'s events and prints the materialized state (status, steps, usage, 
 For a run of seed-004 run events it prints the run-event fold instead (status, nodes, pending
 gates and media jobs, budget, timeout, restored costs), after the strict replay read; a session
 (ses_...) shows its event count and whether it was cancelled.`,
-  verify: `usage: little verify [runId] [--data-dir DIR]
+  verify: `usage: little verify [runId] [--thorough] [--data-dir DIR]
 
-Re-checks a run (or every run and every artifact): dense sequences, event ids, canonical payloads,
-rows that agree with their envelopes, stored run-event bodies, referenced artifacts, artifact
-hashes and sizes.
+Re-checks a run (or every run and every artifact): the store's own check of its database (SQLite's
+quick_check, or with --thorough its integrity_check, which also compares every index with its
+table), dense sequences, event ids, canonical payloads, rows that agree with their envelopes,
+stored run-event bodies, referenced artifacts, artifact hashes and sizes.
 Prints a JSON report; exits 1 when it finds a problem.`,
   runs: `usage: little runs [--data-dir DIR]
 
@@ -123,10 +125,10 @@ const COMMANDS = {
     }
     return 0;
   },
-  async verify(lib, world, positionals) {
+  async verify(lib, world, positionals, values) {
     const runId = runIdArg(positionals, false);
     if (runId !== undefined) await requireRun(lib, world, runId);
-    const report = await lib.verifyWorld(world, runId);
+    const report = await lib.verifyWorld(world, runId, { thorough: values.thorough === true });
     // The verdict and the problems come first: a reader that leaves early (| head) ends the
     // process, and must not turn a failed check into success.
     if (!report.ok) {
@@ -167,7 +169,11 @@ async function main(argv) {
   try {
     parsed = parseArgs({
       args: rest,
-      options: { 'data-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        'data-dir': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+        ...(command === 'verify' ? { thorough: { type: 'boolean' } } : {}),
+      },
       allowPositionals: true,
     });
   } catch (err) {
@@ -180,7 +186,7 @@ async function main(argv) {
   const lib = require('..');
   const world = openWorld(lib, parsed.values['data-dir'] ?? '.little-workflow');
   try {
-    return await run(lib, world, parsed.positionals);
+    return await run(lib, world, parsed.positionals, parsed.values);
   } finally {
     await world.close();
   }

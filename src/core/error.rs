@@ -235,18 +235,27 @@ impl WorldError {
     }
 
     /// A SQLite error, turned into [`WorldError::EventLogCorrupt`] when SQLite says the file is
-    /// damaged or not a database.
+    /// damaged or not a database, or a stored value is not of its column's type (which only
+    /// damage makes: every column is written with values of its own type).
     pub fn sqlite(context: impl Into<String>, source: rusqlite::Error) -> Self {
         use rusqlite::ErrorCode;
         let context = context.into();
-        if let rusqlite::Error::SqliteFailure(e, _) = &source {
-            if matches!(e.code, ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) {
-                return WorldError::EventLogCorrupt {
-                    run_id: None,
-                    sequence: None,
-                    reason: format!("{context}: {source}"),
-                };
+        let damaged = match &source {
+            rusqlite::Error::SqliteFailure(e, _) => {
+                matches!(e.code, ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase)
             }
+            rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::Utf8Error(..) => true,
+            _ => false,
+        };
+        if damaged {
+            return WorldError::EventLogCorrupt {
+                run_id: None,
+                sequence: None,
+                reason: format!("{context}: {source}"),
+            };
         }
         WorldError::Sqlite {
             context,

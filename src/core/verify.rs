@@ -1,9 +1,11 @@
 //! `little verify`: re-check everything a world stores, and name what is wrong.
 //!
-//! For each stream: sequences dense from 1, each stored envelope canonical JSON, its columns
-//! agreeing with its text, its event id and request digest matching its content, and every
-//! artifact it references present. For artifacts: each manifest against its id, each blob's size
-//! and sha256. Problems are collected, not thrown, so one run of verify reports all of them.
+//! First the store's own check of how it keeps the rows (see [`LogReader::check_storage`]: fast
+//! by default, thorough when asked). Then for each stream: sequences dense from 1, each stored
+//! envelope canonical JSON, its columns agreeing with its text, its event id and request digest
+//! matching its content, and every artifact it references present. For artifacts: each manifest
+//! against its id, each blob's size and sha256. Problems are collected, not thrown, so one run of
+//! verify reports all of them.
 
 use crate::core::artifacts::ArtifactStore;
 use crate::core::canonical;
@@ -18,7 +20,8 @@ use std::collections::BTreeSet;
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
-    /// `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `run-event-body`,
+    /// `store` (the store's own check), `hole`, `not-canonical`, `row-mismatch`, `event-id`,
+    /// `unreadable`, `run-event-body`,
     /// `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
     /// `artifact-unreadable` (the system would not let it be read: permissions, I/O errors).
     pub kind: &'static str,
@@ -43,18 +46,48 @@ pub struct Report {
 }
 
 /// Verify one stream (`Some(run)`) and the artifacts it references, or every stream and every
-/// artifact (`None`).
-pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&str>) -> Result<Report> {
+/// artifact (`None`); the store's own check runs either way, `thorough` or fast.
+pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&str>, thorough: bool) -> Result<Report> {
+    let mut problems: Vec<Problem> = reader
+        .check_storage(thorough)?
+        .into_iter()
+        .map(|message| Problem {
+            kind: "store",
+            run_id: None,
+            sequence: None,
+            artifact_id: None,
+            message,
+        })
+        .collect();
+    // A store too damaged to be read is reported, not thrown: the problems found so far stand.
+    let unreadable = |problems: &mut Vec<Problem>, run_id: Option<&str>, e: WorldError| -> Result<()> {
+        if e.code() != "EVENT_LOG_CORRUPT" {
+            return Err(e);
+        }
+        problems.push(Problem {
+            kind: "unreadable",
+            run_id: run_id.map(str::to_string),
+            sequence: None,
+            artifact_id: None,
+            message: e.to_string(),
+        });
+        Ok(())
+    };
     let streams: Vec<String> = match run {
         Some(r) => vec![r.to_string()],
-        None => reader.streams()?.into_iter().map(|s| s.run_id).collect(),
+        None => match reader.streams() {
+            Ok(streams) => streams.into_iter().map(|s| s.run_id).collect(),
+            Err(e) => {
+                unreadable(&mut problems, None, e)?;
+                Vec::new()
+            }
+        },
     };
-    let mut problems = Vec::new();
     let mut events = 0;
     let mut referenced = BTreeSet::new();
     for stream in &streams {
         let mut expected = 1u64;
-        reader.rows(stream, 0, None, &mut |row| {
+        let read = reader.rows(stream, 0, None, &mut |row| {
             events += 1;
             if row.sequence != expected {
                 problems.push(Problem {
@@ -68,7 +101,10 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
             expected = row.sequence + 1;
             check_row(row, &mut problems, &mut referenced);
             Ok(())
-        })?;
+        });
+        if let Err(e) = read {
+            unreadable(&mut problems, Some(stream), e)?;
+        }
     }
     for id in &referenced {
         if !crate::core::events::Artifacts::artifact_exists(artifacts, id)? {

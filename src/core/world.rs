@@ -651,15 +651,16 @@ impl World {
         self.run(ticket, move || loops.write(&manifest_json).map(|()| Output::Unit))
     }
 
-    /// Re-check one run (or everything); completes with the report's JSON.
-    pub fn verify(&self, ticket: Ticket, run_id: Option<String>) -> Result<()> {
+    /// Re-check one run (or everything), the store's own check `thorough` or fast; completes
+    /// with the report's JSON.
+    pub fn verify(&self, ticket: Ticket, run_id: Option<String>, thorough: bool) -> Result<()> {
         if let Some(r) = &run_id {
             ids::check_stream_id(r)?;
         }
         let reader = self.inner.reader.clone();
         let artifacts = self.inner.artifacts.clone();
         self.run(ticket, move || {
-            let report = crate::core::verify::verify(&*reader, &artifacts, run_id.as_deref())?;
+            let report = crate::core::verify::verify(&*reader, &artifacts, run_id.as_deref(), thorough)?;
             Ok(Output::Json(
                 serde_json::to_string(&report).expect("a report serializes"),
             ))
@@ -673,7 +674,16 @@ impl World {
         let statuses = self.inner.statuses.clone();
         self.run(ticket, move || {
             let mut out = Vec::new();
-            for s in reader.streams()? {
+            let streams = reader.streams()?;
+            // Listed in order of id, each once: anything else is an index that is damaged.
+            if let Some(w) = streams.windows(2).find(|w| w[0].run_id >= w[1].run_id) {
+                return Err(WorldError::EventLogCorrupt {
+                    run_id: Some(w[1].run_id.clone()),
+                    sequence: None,
+                    reason: "the store lists its runs out of order or one twice: its index is damaged (run `little verify --thorough`)".into(),
+                });
+            }
+            for s in streams {
                 let mut row = serde_json::to_value(&s).expect("summary serializes");
                 let length = (s.last_sequence, s.event_count);
                 let known = statuses

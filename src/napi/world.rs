@@ -287,10 +287,11 @@ impl NativeWorld {
         self.submit(&env, |t| self.world.write_outer_loop(t, manifest_json))
     }
 
-    /// Re-check a run, or the whole world; resolves with the report's JSON.
+    /// Re-check a run, or the whole world, with the store's own check `thorough` or fast;
+    /// resolves with the report's JSON.
     #[napi(ts_return_type = "Promise<string>")]
-    pub fn verify(&self, env: Env, run_id: Option<String>) -> napi::Result<RawValue> {
-        self.submit(&env, |t| self.world.verify(t, run_id))
+    pub fn verify(&self, env: Env, run_id: Option<String>, thorough: Option<bool>) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.verify(t, run_id, thorough == Some(true)))
     }
 
     /// The runs in the world with count, times, status and cost, as JSON.

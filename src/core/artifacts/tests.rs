@@ -158,11 +158,7 @@ fn concurrent_writers_of_one_artifact_end_with_one_intact_artifact() {
         .map(|i| {
             let store = stores[i % 2].clone();
             let payload = payload.clone();
-            std::thread::spawn(move || {
-                store
-                    .write(meta(Encoding::Bytes), Data::Bytes(payload))
-                    .unwrap()
-            })
+            std::thread::spawn(move || store.write(meta(Encoding::Bytes), Data::Bytes(payload)).unwrap())
         })
         .collect();
     let manifests: Vec<Manifest> = handles.into_iter().map(|h| h.join().unwrap()).collect();
@@ -320,7 +316,7 @@ fn verify_reports_an_unreadable_artifact_and_goes_on() {
     std::os::unix::fs::symlink(blob(&a), blob(&a)).unwrap();
     fs::write(blob(&b), b"BBBB").unwrap();
     let reader = crate::core::store::memory::MemoryLog::new();
-    let report = crate::core::verify::verify(&reader, &store, None).unwrap();
+    let report = crate::core::verify::verify(&reader, &store, None, false).unwrap();
     let mut kinds: Vec<(&str, String)> = report
         .problems
         .iter()

@@ -9,7 +9,7 @@
 
 use super::EnvelopeFields;
 use crate::core::error::{Result, WorldError};
-use crate::core::store::{LogReader, RowRef};
+use crate::core::store::{Dense, LogReader, RowRef};
 
 /// Numbers per row in the table: the sequence, six piece starts, and the row's end.
 pub const STRIDE: usize = 8;
@@ -72,7 +72,11 @@ fn list_packed_in_parts(
     part_max: usize,
 ) -> Result<Vec<Packed>> {
     let mut packer = Packer::new(limit, part_max);
-    reader.rows(run_id, after, limit, &mut |row| packer.push(&row))?;
+    let mut dense = Dense::after(run_id, after);
+    reader.rows(run_id, after, limit, &mut |row| {
+        dense.check(row.sequence)?;
+        packer.push(&row)
+    })?;
     Ok(packer.finish())
 }
 
@@ -92,6 +96,7 @@ pub fn list_packed_within(
     max_units: usize,
 ) -> Result<Vec<Packed>> {
     let mut packer = Packer::new(Some(limit.unwrap_or(64).min(64)), PART_MAX);
+    let mut dense = Dense::after(run_id, after);
     let (mut after, mut left, mut chunk, mut rows) = (after, limit, 1u64, 0u64);
     loop {
         let take = left.map_or(chunk, |l| l.min(chunk));
@@ -100,6 +105,7 @@ pub fn list_packed_within(
             if packer.units >= max_units {
                 return Ok(()); // the rest of a chunk past the budget is left for the next page
             }
+            dense.check(row.sequence)?;
             after = row.sequence;
             read += 1;
             packer.push(&row)
@@ -199,8 +205,24 @@ pub fn list_packed_parallel(
     let last = reader.last_sequence(run_id)?;
     let end = limit.map_or(last, |l| last.min(after.saturating_add(l)));
     let count = end.saturating_sub(after);
+    // Rows are only ever added, so a listing of fewer rows than the run's last sequence says
+    // there are is one whose rows the store could not all find.
+    let whole = |parts: Vec<Packed>| -> Result<Vec<Packed>> {
+        let rows: usize = parts.iter().map(|p| p.table.len() / STRIDE).sum();
+        if (rows as u64) < count {
+            return Err(WorldError::EventLogCorrupt {
+                run_id: Some(run_id.to_string()),
+                sequence: Some(after + rows as u64 + 1),
+                reason: format!(
+                    "the run's last sequence is {last}, and the store found no row {} (run `little verify --thorough`)",
+                    after + rows as u64 + 1
+                ),
+            });
+        }
+        Ok(parts)
+    };
     if count < 2 * SPLIT_AT {
-        return list_packed(reader, run_id, after, limit);
+        return whole(list_packed(reader, run_id, after, limit)?);
     }
     let mid = after + count / 2;
     let halves = std::thread::scope(|scope| {
@@ -215,10 +237,10 @@ pub fn list_packed_parallel(
             .unwrap_or_else(|p| Err(crate::core::runtime::panic_error(p)));
         Some((first, second))
     });
-    match halves {
-        Some((first, second)) => Ok(first?.into_iter().chain(second?).collect()),
-        None => list_packed(reader, run_id, after, limit),
-    }
+    whole(match halves {
+        Some((first, second)) => first?.into_iter().chain(second?).collect(),
+        None => list_packed(reader, run_id, after, limit)?,
+    })
 }
 
 #[cfg(test)]

@@ -117,9 +117,14 @@ fn stored_rows(run_id: &str, events: &[Value]) -> Vec<crate::core::store::Stored
         .collect()
 }
 
+/// A store holding `rows`; its writer is kept with the directory, since a reader of a writable
+/// store refuses to read once the writer's close has removed the WAL.
 fn sqlite_with(
     rows: &[crate::core::store::StoredEvent],
-) -> (tempfile::TempDir, crate::core::store::sqlite::SqliteReader) {
+) -> (
+    (tempfile::TempDir, crate::core::store::sqlite::SqliteWriter),
+    crate::core::store::sqlite::SqliteReader,
+) {
     use crate::core::store::LogWriter;
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, reader) =
@@ -132,7 +137,7 @@ fn sqlite_with(
             Ok(())
         })
         .unwrap();
-    (dir, reader)
+    ((dir, writer), reader)
 }
 
 #[test]

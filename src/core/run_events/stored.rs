@@ -41,7 +41,9 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
     };
     let mut out = String::from("[");
     let mut dropped: Vec<(u64, String)> = Vec::new();
+    let mut dense = crate::core::store::Dense::after(stream_id, 0);
     reader.rows(stream_id, 0, None, &mut |row| {
+        dense.check(row.sequence)?;
         let corrupt = |reason: String| WorldError::EventLogCorrupt {
             run_id: Some(stream_id.to_string()),
             sequence: Some(row.sequence),
@@ -57,6 +59,11 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
         let Some(Value::Object(payload)) = envelope.get("payload") else {
             return Err(corrupt("the stored envelope has no payload object".into()));
         };
+        // The payload is parsed and written out again here anyway; hashing it costs little more.
+        let canonical_payload = canonical::to_string(&envelope["payload"]);
+        if crate::core::ids::event_id(stream_id, row.sequence, row.event_type, &canonical_payload) != row.event_id {
+            return Err(corrupt("the stored event does not hash to its eventId".into()));
+        }
         parse_stored(stream, row.event_type, payload).map_err(|e| match e {
             WorldError::EventLogCorrupt { reason, .. } => corrupt(reason),
             other => other,

@@ -177,9 +177,51 @@ pub trait LogReader: Send + Sync {
         let _ = since;
         Ok(Changes { mark: 0, streams: None })
     }
+    /// The backend's own check of how it stores the rows (for SQLite, `PRAGMA quick_check`, or
+    /// with `thorough` `PRAGMA integrity_check`, and that every run's rows found through the
+    /// index are the rows the table holds): what it found wrong, one line each.
+    fn check_storage(&self, thorough: bool) -> Result<Vec<String>> {
+        let _ = thorough;
+        Ok(Vec::new())
+    }
     /// Let go of what the reader keeps between reads (pooled connections and their file
     /// descriptors): its world has closed. A read still running finishes, and keeps nothing.
     fn close(&self) {}
+}
+
+/// Checks that a stream's rows come in dense sequence order: a read after `after` must find
+/// `after + 1`, then `after + 2`, and so on. A damaged index can make a read skip rows or find
+/// them twice; a listing that went on regardless would return a log with holes as if whole.
+#[derive(Debug, Clone)]
+pub struct Dense<'a> {
+    run_id: &'a str,
+    next: u64,
+}
+
+impl<'a> Dense<'a> {
+    /// Rows of `run_id` read after sequence `after`.
+    pub fn after(run_id: &'a str, after: u64) -> Dense<'a> {
+        Dense {
+            run_id,
+            next: after + 1,
+        }
+    }
+
+    /// The next row read has `sequence`: refused unless it is the next one.
+    pub fn check(&mut self, sequence: u64) -> Result<()> {
+        if sequence != self.next {
+            return Err(crate::core::error::WorldError::EventLogCorrupt {
+                run_id: Some(self.run_id.to_string()),
+                sequence: Some(self.next),
+                reason: format!(
+                    "the store returned sequence {sequence} where {} comes next: its rows are damaged (run `little verify --thorough`)",
+                    self.next
+                ),
+            });
+        }
+        self.next += 1;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1250,6 +1250,68 @@ impl LogReader for SqliteReader {
         self.with_conn(|conn| find_by_key(conn, run_id, key))
     }
 
+    /// SQLite's own check, then each run's rows counted through the `(run_id, sequence)` index
+    /// against a scan of the table: `quick_check` does not compare indexes with their tables, and
+    /// that index is the one every read of a run goes through.
+    fn check_storage(&self, thorough: bool) -> Result<Vec<String>> {
+        self.with_conn(|conn| {
+            let pragma = if thorough { "PRAGMA integrity_check" } else { "PRAGMA quick_check" };
+            // A database too damaged to be checked (or counted) is itself what the check found.
+            let failed = |doing: &str, e: rusqlite::Error| -> Result<Vec<String>> {
+                match WorldError::sqlite(doing, e) {
+                    e @ WorldError::EventLogCorrupt { .. } => Ok(vec![e.to_string()]),
+                    e => Err(e),
+                }
+            };
+            let mut found: Vec<String> = match conn
+                .prepare(pragma)
+                .and_then(|mut s| s.query_map([], |r| r.get::<_, String>(0))?.collect())
+            {
+                Ok(found) => found,
+                Err(e) => return failed("checking the database", e),
+            };
+            if found.len() == 1 && found[0] == "ok" {
+                found.clear();
+            }
+            let count = |sql: &str| -> rusqlite::Result<HashMap<String, (i64, i64)>> {
+                conn.prepare(sql).and_then(|mut s| {
+                    s.query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))?
+                        .collect()
+                })
+            };
+            let counted = count(
+                "SELECT run_id, count(*), max(sequence) FROM events INDEXED BY sqlite_autoindex_events_1 GROUP BY run_id",
+            )
+            .and_then(|i| Ok((i, count("SELECT run_id, count(*), max(sequence) FROM events NOT INDEXED GROUP BY run_id")?)));
+            let (by_index, by_table) = match counted {
+                Ok(both) => both,
+                Err(e) => {
+                    found.extend(failed("counting each run's rows", e)?);
+                    return Ok(found);
+                }
+            };
+            let mut runs: Vec<&String> = by_index.keys().chain(by_table.keys()).collect();
+            runs.sort();
+            runs.dedup();
+            for run in runs {
+                let (i, t) = (by_index.get(run), by_table.get(run));
+                if i != t {
+                    let say = |c: Option<&(i64, i64)>| match c {
+                        Some((n, max)) => format!("{n} rows up to sequence {max}"),
+                        None => "no rows".to_string(),
+                    };
+                    found.push(format!(
+                        "run {}: the table holds {}, its index {}",
+                        crate::core::canonical::string_literal(run),
+                        say(t),
+                        say(i)
+                    ));
+                }
+            }
+            Ok(found)
+        })
+    }
+
     fn close(&self) {
         let idle = {
             let mut pool = self.pool.lock().expect("reader pool");
@@ -1780,7 +1842,9 @@ mod tests {
             let (mut writer, reader) = open(dir.path(), durability).unwrap();
             commit_rows(&mut writer, "run_w", 0, 3);
             std::fs::remove_file(dir.path().join("events/events.db-wal")).unwrap();
-            let err = writer.transaction(&mut |tx| insert_rows(tx, "run_w", 3, 1)).unwrap_err();
+            let err = writer
+                .transaction(&mut |tx| insert_rows(tx, "run_w", 3, 1))
+                .unwrap_err();
             assert_eq!(err.code(), "WORLD_IO", "{err}");
             assert_eq!(writer.damage, Some((Damage::Rescued, WAL)));
             drop(reader);
