@@ -586,6 +586,11 @@ impl TmpFile {
 pub fn remove_stale_tmp(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
+        // Only a regular file can be one of the world's own (its type as the directory lists it,
+        // a symbolic link not followed): anything else is left alone, and never opened.
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let Some(stem) = name.strip_suffix(".tmp") else {
@@ -600,7 +605,9 @@ pub fn remove_stale_tmp(dir: &Path) {
         // take the file up meanwhile.
         let mut held = None;
         let gone = if stem.ends_with("-flock") {
-            let Ok(file) = File::open(&path) else { continue };
+            let Ok(file) = files::open_own(&path, false, false) else {
+                continue;
+            };
             process::try_lock(held.insert(file)).unwrap_or_else(pid_gone)
         } else {
             pid_gone()
@@ -680,7 +687,12 @@ pub fn create_dir_synced(dir: &Path, what: &str) -> Result<()> {
 pub fn sync_dir(dir: &Path) -> Result<()> {
     #[cfg(unix)]
     {
-        File::open(dir)
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_DIRECTORY: whatever else is at the path is refused without being opened for real.
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK)
+            .open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| WorldError::io("syncing a directory", Some(dir.to_path_buf()), e))
     }

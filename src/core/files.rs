@@ -83,19 +83,75 @@ pub fn open_file(path: &Path) -> Result<(File, u64), Unreadable> {
         }
     };
     let meta = file.metadata().map_err(Unreadable::Io)?;
+    match kind_of(&meta) {
+        None => Ok((file, meta.len())),
+        Some(what) => Err(Unreadable::NotAFile(what)),
+    }
+}
+
+/// Open a file the world made itself (a temporary file, a lock record), without following a
+/// symbolic link at its end or waiting on a FIFO or device: only a regular file is opened, and
+/// anything else at the path is an `InvalidData` error saying what it is. `create` makes it if
+/// it is missing.
+pub fn open_own(path: &Path, write: bool, create: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(write || create)
+        .create(create)
+        .truncate(false)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            // O_NOFOLLOW refuses a symbolic link with ELOOP.
+            Some(libc::ELOOP) => std::io::Error::new(
+                ErrorKind::InvalidData,
+                Unreadable::NotAFile("a symbolic link").describe(path),
+            ),
+            _ => e,
+        })?;
+    let kind = kind_of(&file.metadata()?);
+    match kind {
+        None => Ok(file),
+        Some(what) => Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            Unreadable::NotAFile(what).describe(path),
+        )),
+    }
+}
+
+/// Refuse what is at `path` (following symbolic links) unless it is nothing or a regular file:
+/// SQLite, opening a FIFO where its database, WAL or `-shm` belongs, would wait on it for ever.
+/// Looked at with `stat`, which opens nothing.
+pub fn regular_or_absent(path: &Path) -> Result<(), Unreadable> {
+    match fs::metadata(path) {
+        Ok(m) => match kind_of(&m) {
+            None => Ok(()),
+            Some(what) => Err(Unreadable::NotAFile(what)),
+        },
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Unreadable::Io(e)),
+    }
+}
+
+/// What a file that is not a regular file is ("a directory", "a FIFO", ...); `None` for a
+/// regular file.
+fn kind_of(meta: &fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     if t.is_file() {
-        return Ok((file, meta.len()));
-    }
-    Err(Unreadable::NotAFile(if t.is_dir() {
-        "a directory"
+        None
+    } else if t.is_dir() {
+        Some("a directory")
     } else if t.is_fifo() {
-        "a FIFO"
+        Some("a FIFO")
     } else if t.is_char_device() || t.is_block_device() {
-        "a device"
+        Some("a device")
+    } else if t.is_socket() {
+        Some("a socket")
     } else {
-        "a special file"
-    }))
+        Some("a special file")
+    }
 }
 
 /// A file's identity: its device and inode.

@@ -674,12 +674,7 @@ impl RecoveryLock {
     /// Take the recovery lock of `lock_dir`; `None` while a live taker holds it.
     fn take(lock_dir: &Path) -> Result<Option<RecoveryLock>> {
         let path = lock_dir.with_extension("recovery-lock");
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let file = files::open_own(&path, true, true)
             .map_err(|e| WorldError::io("taking a recovery lock", Some(path.clone()), e))?;
         Ok(match process::try_lock(&file) {
             Some(true) => Some(RecoveryLock { _file: Some(file) }),

@@ -62,7 +62,7 @@ pub fn try_lock(file: &File) -> Option<bool> {
 /// Whether some open file holds an `flock` on `path` right now: `None` when that cannot be told
 /// (the file is gone, or the file system has no flock).
 pub fn is_locked(path: &Path) -> Option<bool> {
-    held_elsewhere(&File::open(path).ok()?)
+    held_elsewhere(&crate::core::files::open_own(path, false, false).ok()?)
 }
 
 /// Whether another open file holds an `flock` on the file `file` is open on: `None` where the

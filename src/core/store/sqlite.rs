@@ -160,6 +160,20 @@ fn connect(path: &Path, access: Access) -> Result<Connection> {
 /// [`super::wal_vfs`]) where that VFS could be registered.
 fn connect_as(path: &Path, access: Access, writer: bool) -> Result<Connection> {
     configure_sqlite_once();
+    // SQLite would open a FIFO where one of its files belongs, and wait on it for ever. It keeps
+    // the -wal and -shm beside the database's real path.
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    for file in [path.to_path_buf(), beside(&real, "-wal"), beside(&real, "-shm")] {
+        crate::core::files::regular_or_absent(&file).map_err(|why| match why {
+            crate::core::files::Unreadable::Io(e) => WorldError::io("opening the event store", Some(file.clone()), e),
+            other => WorldError::Path {
+                message: format!(
+                    "{}; a world's event store keeps only files there",
+                    other.describe(&file)
+                ),
+            },
+        })?;
+    }
     let flags = match access {
         Access::ReadWrite => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
         Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -173,7 +187,9 @@ fn connect_as(path: &Path, access: Access, writer: bool) -> Result<Connection> {
         let mut err = WorldError::sqlite("opening", e).in_database(path, None);
         // SQLite's "unable to open database file" hides why; opening the file here tells.
         if let WorldError::Sqlite { os: os @ None, .. } = &mut err {
+            use std::os::unix::fs::OpenOptionsExt;
             let tried = std::fs::OpenOptions::new()
+                .custom_flags(libc::O_NONBLOCK)
                 .read(true)
                 .write(access == Access::ReadWrite)
                 .create(access == Access::ReadWrite)
@@ -571,7 +587,7 @@ impl Writeback {
         #[cfg(target_os = "linux")]
         {
             if self.file.is_none() {
-                self.file = std::fs::File::open(&self.wal).ok();
+                self.file = crate::core::files::open_own(&self.wal, false, false).ok();
             }
             if let Some(f) = &self.file {
                 use std::os::fd::AsRawFd;
