@@ -149,89 +149,154 @@ function renderPath(root: string, segs: readonly (string | number)[], screenKeys
  */
 const BESIDE_MIN = 4096;
 
+/** How {@link snapshotOf} reads a value. */
+interface Reading {
+  /** The run the value belongs to, for errors. */
+  runId?: string;
+  /** Write no key that looks like a credential into a path (`CREDENTIAL_KEY` stands for it). */
+  screenKeys?: boolean;
+  /** Levels more allowed where the value wraps payloads: 1 for a list of run events, 2 for a list of envelopes. */
+  around?: number;
+  /** A key of the top-level object whose `undefined` value is kept, as `null`. */
+  undefinedAsNull?: string;
+}
+
+/** What was thrown, named for a message without quoting it (it may hold a payload's values). */
+function thrownName(err: unknown): string {
+  if (err instanceof Error) return `a ${err.name}`;
+  return err === null ? 'null' : `a ${typeof err}`;
+}
+
 /**
- * JSON text of `value`, refusing anything JSON cannot carry exactly: NaN and ±Infinity, BigInt,
- * functions, symbols, `undefined` inside an array, Map and Set, lone surrogates, cycles, and
- * nesting deeper than 1,000 levels. An `undefined` object field is omitted and `toJSON` is
- * honoured, as `JSON.stringify` does. Errors name the path, such as `payload.a[3].b`. Given
- * `beside`, long strings are pushed onto it instead (see `BESIDE_MIN`). With `screenKeys`, a key
- * that looks like a credential is not written into a path (`CREDENTIAL_KEY` stands for it).
- * `around` levels more are allowed where `value` wraps payloads: 1 for a list of run events, 2 for
- * a list of envelopes.
+ * A plain copy of `value` as JSON would read it, reading every field, element and `toJSON` once:
+ * the copy is what is validated and what is written, so a getter that answers differently on a
+ * second read cannot make them differ. Refuses anything JSON cannot carry exactly: NaN and
+ * ±Infinity, BigInt, functions, symbols, `undefined` inside an array or as the value itself, Map
+ * and Set, lone surrogates, cycles, and nesting deeper than 1,000 levels. An `undefined` object
+ * field is omitted and `toJSON` is honoured, as `JSON.stringify` does. Anything thrown while
+ * reading (a getter, a Proxy's trap, a revoked Proxy, a `toJSON`) is an `EventValidationError`
+ * naming the path, such as `payload.a[3].b`, with what was thrown as its `cause`. Objects of the
+ * copy have no prototype, so a `__proto__` key stays a key.
  */
-function toJsonText(value: unknown, root: string, runId?: string, beside?: string[], screenKeys = false, around = 0): string {
+function snapshotOf(value: unknown, root: string, r: Reading = {}): unknown {
+  return read(value, root, r).copy;
+}
+
+/** {@link snapshotOf}, and whether the copy holds a string of at least `BESIDE_MIN` units. */
+function read(value: unknown, root: string, r: Reading): { copy: unknown; long: boolean } {
   let long = false;
   const segs: (string | number)[] = [];
   const ancestors = new Set<object>();
-  const fail = (message: string, at = renderPath(root, segs, screenKeys)): never => {
-    throw new EventValidationError('EVENT_VALIDATION', `${at}: ${message}`, { path: at, runId });
+  const fail = (message: string, cause?: unknown): never => {
+    const at = renderPath(root, segs, r.screenKeys);
+    throw new EventValidationError('EVENT_VALIDATION', `${at}: ${message}`, { path: at, runId: r.runId }, cause === undefined ? undefined : { cause });
   };
-  const walk = (v: unknown, key: string, depth: number, inArray: boolean): void => {
-    if (v !== null && typeof v === 'object' && typeof (v as { toJSON?: unknown }).toJSON === 'function') {
-      v = (v as { toJSON(k: string): unknown }).toJSON(key);
+  const walk = (v: unknown, key: string, depth: number, inArray: boolean): unknown => {
+    if (v !== null && (typeof v === 'object' || typeof v === 'function' || typeof v === 'bigint')) {
+      const toJSON = (v as { toJSON?: unknown }).toJSON;
+      if (typeof toJSON === 'function') v = toJSON.call(v, key);
     }
     switch (typeof v) {
       case 'string':
         if (!v.isWellFormed()) fail('contains a lone surrogate, which JSON cannot carry exactly');
         if (v.length >= BESIDE_MIN) long = true;
-        return;
+        return v;
       case 'number':
         if (!Number.isFinite(v)) fail(`${v} cannot be stored in JSON`);
-        return;
+        return v;
       case 'boolean':
-        return;
+        return v;
       case 'bigint':
-        fail('a BigInt cannot be stored in JSON; convert it to a string or a safe number');
-        return;
+        return fail('a BigInt cannot be stored in JSON; convert it to a string or a safe number');
       case 'undefined':
         if (inArray) fail('undefined inside an array cannot be stored in JSON (it would become null)');
-        return;
+        if (depth === 1 - (r.around ?? 0)) fail('is undefined, which JSON cannot store');
+        return undefined;
       case 'function':
       case 'symbol':
-        fail(`a ${typeof v} cannot be stored in JSON`);
-        return;
+        return fail(`a ${typeof v} cannot be stored in JSON`);
     }
-    if (v === null) return;
+    if (v === null) return null;
     const obj = v as object;
     if (obj instanceof Map || obj instanceof Set) fail(`a ${obj instanceof Map ? 'Map' : 'Set'} cannot be stored in JSON; convert it to an object or an array`);
-    if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) {
-      walk(obj.valueOf(), key, depth, inArray);
-      return;
-    }
+    if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) return walk(obj.valueOf(), key, depth, inArray);
     if (depth > MAX_DEPTH) fail(`is nested deeper than ${MAX_DEPTH} levels`);
     if (ancestors.has(obj)) fail('is a cycle: the value contains itself');
     ancestors.add(obj);
+    let copy: unknown;
     if (Array.isArray(obj)) {
-      for (let i = 0; i < obj.length; i++) {
+      const n = obj.length;
+      const out = new Array<unknown>(n);
+      for (let i = 0; i < n; i++) {
         segs.push(i);
-        walk(obj[i], String(i), depth + 1, true);
+        out[i] = walk(obj[i], String(i), depth + 1, true);
         segs.pop();
       }
+      copy = out;
     } else {
+      const out = Object.create(null) as Record<string, unknown>;
+      const top = depth === 1 - (r.around ?? 0);
       for (const k of Object.keys(obj)) {
         segs.push(k);
         if (!k.isWellFormed()) fail('this key contains a lone surrogate, which JSON cannot carry exactly');
-        const field = (obj as Record<string, unknown>)[k];
-        if (field !== undefined) walk(field, k, depth + 1, false);
+        const field = walk((obj as Record<string, unknown>)[k], k, depth + 1, false);
+        if (field !== undefined) out[k] = field;
+        else if (top && k === r.undefinedAsNull) out[k] = null;
         segs.pop();
       }
+      copy = out;
     }
     ancestors.delete(obj);
+    return copy;
   };
   try {
-    walk(value, '', 1 - around, false);
-    if (!long || beside === undefined) return JSON.stringify(value);
-    // Long strings go beside the text, each replaced by "\u0000<index>"; so that every string
-    // value starting with U+0000 is a placeholder, such short strings go beside it too.
-    return JSON.stringify(value, (_key, v: unknown) => {
-      if (v instanceof String) v = v.valueOf();
-      if (typeof v !== 'string' || (v.length < BESIDE_MIN && v.charCodeAt(0) !== 0)) return v;
-      beside.push(v);
-      return `\u0000${beside.length - 1}`;
-    });
+    const copy = walk(value, '', 1 - (r.around ?? 0), false);
+    return { copy, long };
   } catch (err) {
     if (err instanceof WorldError) throw err;
-    return fail(`could not be read: ${err instanceof Error ? err.message : String(err)}`);
+    return fail(`could not be read: reading it threw ${thrownName(err)}`, err);
+  }
+}
+
+/**
+ * JSON text of `value`, read once (see {@link snapshotOf}). Given `beside`, strings of at least
+ * `BESIDE_MIN` units go there instead, each replaced by `"\u0000<index>"`; so that every string
+ * value starting with U+0000 is a placeholder, such short strings go beside it too.
+ */
+function toJsonText(value: unknown, root: string, r: Reading = {}, beside?: string[]): string {
+  const { copy, long } = read(value, root, r);
+  return jsonOf(copy, long ? beside : undefined);
+}
+
+/** JSON text of a {@link snapshotOf} copy; with `beside`, long strings go there (see {@link toJsonText}). */
+function jsonOf(copy: unknown, beside?: string[]): string {
+  if (beside === undefined) return JSON.stringify(copy);
+  return JSON.stringify(copy, (_key, v: unknown) => {
+    if (typeof v !== 'string' || (v.length < BESIDE_MIN && v.charCodeAt(0) !== 0)) return v;
+    beside.push(v);
+    return `\u0000${beside.length - 1}`;
+  });
+}
+
+/**
+ * The fields `keys` of an input object, each read once. A value that is not an object is an
+ * `EventValidationError` at `path` saying it `must be` what `what` says; anything thrown while
+ * reading (a getter, a Proxy's trap, a revoked Proxy) is one naming the field (`prefix` + key),
+ * with what was thrown as its `cause`.
+ */
+function fieldsOf<K extends string>(value: unknown, path: string, prefix: string, keys: readonly K[], what: string, runId?: string): { [k in K]?: unknown } {
+  let at = path;
+  try {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) invalid(path, what, runId);
+    const out: { [k in K]?: unknown } = {};
+    for (const k of keys) {
+      at = `${prefix}${k}`;
+      out[k] = (value as Record<K, unknown>)[k];
+    }
+    return out;
+  } catch (err) {
+    if (err instanceof WorldError) throw err;
+    throw new EventValidationError('EVENT_VALIDATION', `${at}: could not be read: reading it threw ${thrownName(err)}`, { path: at, runId }, { cause: err });
   }
 }
 
@@ -248,6 +313,15 @@ function frozen<T>(text: string): T {
   return deepFreeze(JSON.parse(text) as T);
 }
 
+/** `v instanceof C`, false where asking throws (a revoked Proxy's prototype cannot be read). */
+function isInstance<T>(v: unknown, C: abstract new (...args: never[]) => T): v is T {
+  try {
+    return v instanceof C;
+  } catch {
+    return false;
+  }
+}
+
 function isPlainRecord(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
@@ -255,7 +329,6 @@ function isPlainRecord(v: unknown): v is Record<string, unknown> {
 /** RFC 8785 canonical JSON of a value, exactly as the world stores it. */
 export function canonicalize(value: unknown): string {
   const text = toJsonText(value, 'value');
-  if (text === undefined) throw new EventValidationError('EVENT_VALIDATION', 'value: cannot be stored in JSON', { path: 'value' });
   return callSync(() => native.canonicalizeJson(text));
 }
 
@@ -445,10 +518,10 @@ function closedError(): WorldClosedError {
   return new WorldClosedError('WORLD_CLOSED', 'the world is closed', {});
 }
 
-function options<T extends object>(value: T | undefined, name: string): Partial<T> {
+/** The fields `keys` of an options object (none when it is `undefined`), each read once (see {@link fieldsOf}). */
+function options<T extends object, K extends keyof T & string>(value: T | undefined, name: string, keys: readonly K[]): Partial<Pick<T, K>> {
   if (value === undefined) return {};
-  if (!isPlainRecord(value)) invalid(name, 'must be an object');
-  return value;
+  return fieldsOf(value, name, '', keys, 'must be an object') as Partial<Pick<T, K>>;
 }
 
 /**
@@ -456,7 +529,7 @@ function options<T extends object>(value: T | undefined, name: string): Partial<
  * `readOnly`, open an existing one for reading only.
  */
 export function localWorld(opts?: LocalWorldOptions): World {
-  const o = options(opts, 'localWorld options');
+  const o = options(opts, 'localWorld options', ['dataDir', 'durability', 'pricing', 'readOnly']);
   const dataDir = o.dataDir ?? join(process.cwd(), '.little-workflow');
   if (typeof dataDir !== 'string' || dataDir.length === 0) {
     throw new WorldPathError('WORLD_PATH', 'dataDir must be a non-empty string', { path: 'dataDir' });
@@ -478,15 +551,16 @@ export function localWorld(opts?: LocalWorldOptions): World {
 
 /** Open a fresh world in memory: the same rules, nothing on disk. */
 export function virtualWorld(opts?: VirtualWorldOptions): World {
-  const o = options(opts, 'virtualWorld options');
+  const o = options(opts, 'virtualWorld options', ['pricing']);
   const pricing = pricingText(o.pricing);
   return new OpenWorld(callSync(() => native.NativeWorld.openVirtual(pricing)));
 }
 
 function pricingText(pricing: PricingRegistry | undefined): string | undefined {
   if (pricing === undefined) return undefined;
-  if (!isPlainRecord(pricing)) invalid('pricing', 'must be a pricing registry object');
-  return toJsonText(pricing, 'pricing');
+  const copy = snapshotOf(pricing, 'pricing');
+  if (!isPlainRecord(copy)) invalid('pricing', 'must be a pricing registry object');
+  return jsonOf(copy);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -535,6 +609,8 @@ function wellFormed(path: string, value: string, runId?: string): void {
   if (!value.isWellFormed()) invalid(path, 'contains a lone surrogate, which UTF-8 cannot carry exactly', runId);
 }
 
+const INPUT_FIELDS = ['type', 'payload', 'appendIdempotencyKey'] as const;
+
 /**
  * {@link appendEvent} with a payload of an interface type, which has no index signature and so is
  * no `Record<string, unknown>` to TypeScript. (Declared first, so that `Parameters<typeof
@@ -555,19 +631,19 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
   try {
     handle = handleOf(world);
     checkRunIdType(runId);
-    if (!isPlainRecord(input)) invalid('input', 'must be an object with type and payload', runId);
-    const { type, payload, appendIdempotencyKey } = input;
+    const { type, payload, appendIdempotencyKey } = fieldsOf(input, 'input', '', INPUT_FIELDS, 'must be an object with type and payload', runId);
     if (typeof type !== 'string') invalid('type', 'must be a string', runId);
     wellFormed('type', type, runId);
     if (appendIdempotencyKey !== undefined) {
       if (typeof appendIdempotencyKey !== 'string') invalid('appendIdempotencyKey', 'must be a string', runId);
       wellFormed('appendIdempotencyKey', appendIdempotencyKey, runId);
     }
-    if (!isPlainRecord(payload)) invalid('payload', 'must be an object', runId);
-    const beside: string[] = [];
     // A colon type is a run event's (or a namespace's that may become one): its errors name no
     // key that looks like a credential, as appendRunEvent's do not.
-    const payloadJson = toJsonText(payload, 'payload', runId, beside, type.includes(':'));
+    const { copy, long } = read(payload, 'payload', { runId, screenKeys: type.includes(':') });
+    if (!isPlainRecord(copy)) invalid('payload', 'must be an object', runId);
+    const beside: string[] = [];
+    const payloadJson = jsonOf(copy, long ? beside : undefined);
     pending = handle.append(runId, type, payloadJson, appendIdempotencyKey, beside.length > 0 ? beside : undefined);
   } catch (err) {
     // As nativeOf, a closed world says so rather than what is wrong with the arguments; asked
@@ -601,7 +677,7 @@ export interface ListEventsOptions {
 export async function listEvents(world: World, runId: string, opts?: ListEventsOptions): Promise<readonly EventEnvelope[]> {
   const handle = nativeOf(world);
   checkRunIdType(runId);
-  const o = options(opts, 'listEvents options');
+  const o = options(opts, 'listEvents options', ['afterSequence', 'limit']);
   for (const name of ['afterSequence', 'limit'] as const) {
     const v = o[name];
     if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) {
@@ -692,7 +768,16 @@ class LazyPayload extends ReturnsItsArgument {
     let self = o as LazyPayload;
     // Read through an object that inherits from an envelope, as the getter of a literal would.
     while (!(#raw in self)) self = Object.getPrototypeOf(self) as LazyPayload;
-    return (self.#payload ??= deepFreeze(JSON.parse(self.#raw) as Record<string, unknown>));
+    return (self.#payload ??= deepFreeze(LazyPayload.parse(self)));
+  }
+  /** The payload's stored text, parsed; text that does not parse is a damaged row. */
+  private static parse(self: LazyPayload): Record<string, unknown> {
+    try {
+      return JSON.parse(self.#raw) as Record<string, unknown>;
+    } catch (err) {
+      const { runId, sequence } = self as unknown as EventEnvelope;
+      throw new EventLogCorruptError('EVENT_LOG_CORRUPT', `event log corrupt (${runId} sequence ${sequence}): the stored payload does not parse as JSON`, { runId, sequence }, { cause: err });
+    }
   }
 }
 const LAZY_PAYLOAD: PropertyDescriptor = {
@@ -719,15 +804,16 @@ function lazyEnvelope(runId: string, sequence: number, eventId: string, recorded
  * `eventId` (and `canonicalRequestDigest`) matching its content. Throws `EventLogCorruptError`.
  */
 export function validateEventLogShape(events: readonly EventEnvelope[]): void {
-  if (!Array.isArray(events)) {
-    throw new EventLogCorruptError('EVENT_LOG_CORRUPT', 'expected an array of envelopes', {});
-  }
-  let text: string;
+  let copy: unknown;
   try {
-    text = toJsonText(events, 'events', undefined, undefined, false, 2);
+    copy = snapshotOf(events, 'events', { around: 2 });
   } catch (err) {
     throw new EventLogCorruptError('EVENT_LOG_CORRUPT', `the log cannot be read as JSON: ${(err as Error).message}`, {}, { cause: err });
   }
+  if (!Array.isArray(copy)) {
+    throw new EventLogCorruptError('EVENT_LOG_CORRUPT', 'expected an array of envelopes', {});
+  }
+  const text = jsonOf(copy);
   callSync(() => native.validateEventLogShapeJson(text));
 }
 
@@ -773,6 +859,8 @@ export type ReadArtifactResult = {
   readonly payload: unknown;
 };
 
+const ARTIFACT_FIELDS = ['runId', 'stepPath', 'name', 'contentType', 'encoding', 'payload'] as const;
+
 /**
  * Store a payload as a content-addressed artifact and resolve with its manifest. Writing the same
  * artifact again verifies the stored blob and returns the stored manifest. Hashing and file I/O run
@@ -781,8 +869,7 @@ export type ReadArtifactResult = {
  */
 export async function writeArtifact(world: World, input: WriteArtifactInput): Promise<ArtifactManifest> {
   const handle = nativeOf(world);
-  if (!isPlainRecord(input)) invalid('input', 'must be an object');
-  const { runId, stepPath, name, contentType, encoding, payload } = input as Record<string, unknown>;
+  const { runId, stepPath, name, contentType, encoding, payload } = fieldsOf(input, 'input', 'input.', ARTIFACT_FIELDS, 'must be an object');
   checkRunIdType(runId, 'input.runId');
   for (const [field, v] of [['stepPath', stepPath], ['name', name], ['contentType', contentType]] as const) {
     if (typeof v !== 'string') invalid(`input.${field}`, 'must be a string', runId as string);
@@ -792,16 +879,22 @@ export async function writeArtifact(world: World, input: WriteArtifactInput): Pr
   let bytes: Buffer | undefined;
   if (encoding === 'json') {
     if (payload === undefined) invalid('input.payload', 'is missing', runId as string);
-    text = toJsonText(payload, 'input.payload', runId as string);
+    text = toJsonText(payload, 'input.payload', { runId: runId as string });
   } else if (encoding === 'utf8') {
     if (typeof payload !== 'string') invalid('input.payload', "must be a string for encoding 'utf8'", runId as string);
     if (!(payload as string).isWellFormed()) invalid('input.payload', 'contains a lone surrogate, which UTF-8 cannot carry', runId as string);
     text = payload as string;
   } else if (encoding === 'bytes') {
-    if (!(payload instanceof Uint8Array)) invalid('input.payload', "must be a Uint8Array for encoding 'bytes'", runId as string);
+    // isView looks at the value itself (a Proxy is not a view), with no getter or trap to run.
+    if (!ArrayBuffer.isView(payload) || !(payload instanceof Uint8Array)) invalid('input.payload', "must be a Uint8Array for encoding 'bytes'", runId as string);
     const u8 = payload as Uint8Array;
-    if (isDetached(u8)) invalid('input.payload', 'is backed by a detached ArrayBuffer (transferred away), which holds no bytes', runId as string);
-    bytes = Buffer.isBuffer(u8) ? u8 : Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
+    try {
+      if (isDetached(u8)) invalid('input.payload', 'is backed by a detached ArrayBuffer (transferred away), which holds no bytes', runId as string);
+      bytes = Buffer.isBuffer(u8) ? u8 : Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
+    } catch (err) {
+      if (err instanceof WorldError) throw err;
+      throw new EventValidationError('EVENT_VALIDATION', `input.payload: could not be read: reading it threw ${thrownName(err)}`, { path: 'input.payload', runId }, { cause: err });
+    }
   } else {
     invalid('input.encoding', "must be 'json', 'utf8' or 'bytes'", runId as string);
   }
@@ -960,9 +1053,10 @@ export function materializeRunStateFromEvents(
   opts?: { pricing?: PricingRegistry },
 ): MaterializedRunState {
   checkRunIdType(runId);
-  if (!Array.isArray(events)) invalid('events', 'must be an array of envelopes', runId);
-  const o = options(opts, 'materializeRunStateFromEvents options');
-  const text = toJsonText(events, 'events', runId, undefined, false, 2);
+  const copy = snapshotOf(events, 'events', { runId, around: 2 });
+  if (!Array.isArray(copy)) invalid('events', 'must be an array of envelopes', runId);
+  const o = options(opts, 'materializeRunStateFromEvents options', ['pricing']);
+  const text = jsonOf(copy);
   const pricing = pricingText(o.pricing);
   return frozen<MaterializedRunState>(callSync(() => native.materializeEventsJson(runId, text, pricing)));
 }
@@ -983,7 +1077,7 @@ export interface RunLock {
 }
 
 function waitOption(opts: { waitMs?: number } | undefined): number {
-  const o = options(opts, 'lock options');
+  const o = options(opts, 'lock options', ['waitMs']);
   const waitMs = o.waitMs ?? 0;
   if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs < 0) invalid('waitMs', 'must be a non-negative safe integer');
   return waitMs;
@@ -1067,11 +1161,11 @@ export async function readOuterLoopManifest(world: World, outerLoopId: string): 
  */
 export async function writeOuterLoopManifest(world: World, manifest: OuterLoopManifest): Promise<void> {
   const handle = nativeOf(world);
-  if (!isPlainRecord(manifest)) invalid('manifest', 'must be an object');
   // JSON drops a key whose value is undefined, which would keep the stored marker; written as
   // `{ ...stored, pendingCycleRunId: undefined }`, it means to clear it.
-  const m = Object.hasOwn(manifest, 'pendingCycleRunId') && manifest.pendingCycleRunId === undefined ? { ...manifest, pendingCycleRunId: null } : manifest;
-  const text = toJsonText(m, 'manifest');
+  const copy = snapshotOf(manifest, 'manifest', { undefinedAsNull: 'pendingCycleRunId' });
+  if (!isPlainRecord(copy)) invalid('manifest', 'must be an object');
+  const text = jsonOf(copy);
   await call(() => handle.writeOuterLoop(text));
 }
 
@@ -1119,7 +1213,7 @@ export interface VerifyOptions {
 export async function verifyWorld(world: World, runId?: string, opts?: VerifyOptions): Promise<VerifyReport> {
   const handle = nativeOf(world);
   if (runId !== undefined) checkRunIdType(runId);
-  const o = options(opts, 'verifyWorld options');
+  const o = options(opts, 'verifyWorld options', ['thorough']);
   if (o.thorough !== undefined && typeof o.thorough !== 'boolean') invalid('thorough', 'must be a boolean');
   return frozen<VerifyReport>(await call(() => handle.verify(runId, o.thorough)));
 }
@@ -1437,11 +1531,11 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     this.started = true;
     this.handle = nativeOf(this.world);
     checkRunIdType(this.streamId, 'streamId');
-    const o = options(this.opts, 'subscribe options');
+    const o = options(this.opts, 'subscribe options', ['afterSequence', 'signal']);
     const after = o.afterSequence ?? 0;
     if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
     const signal = o.signal;
-    if (signal !== undefined && !(signal instanceof AbortSignal)) invalid('signal', 'must be an AbortSignal');
+    if (signal !== undefined && !isInstance(signal, AbortSignal)) invalid('signal', 'must be an AbortSignal');
     this.after = after;
     this.signal = signal;
     let set = wakers.get(this.world);
@@ -1618,10 +1712,11 @@ export type RunEventState = {
 };
 
 function checkDraft(draft: unknown, streamId: string): string {
-  if (!isPlainRecord(draft)) invalid('event', 'must be an object with a type', streamId);
-  if (typeof draft.type !== 'string') invalid('event.type', 'must be a string naming the event type', streamId);
   // A run event's errors never echo a credential, even as an object key on the way to a bad value.
-  return toJsonText(draft, 'event', streamId, undefined, true);
+  const copy = snapshotOf(draft, 'event', { runId: streamId, screenKeys: true });
+  if (!isPlainRecord(copy)) invalid('event', 'must be an object with a type', streamId);
+  if (typeof copy.type !== 'string') invalid('event.type', 'must be a string naming the event type', streamId);
+  return jsonOf(copy);
 }
 
 function asRunEvent<T>(env: EventEnvelope, idKey: 'runId' | 'sessionId'): T {
@@ -1686,14 +1781,19 @@ export async function loadRunEventLogForReplay(world: World, runId: string): Pro
 
 /** Restore a run's costs from its events exactly as seed 004's fold rules say; row order does not matter. */
 export function restoreRunCosts(events: readonly RunEvent[]): RunCosts {
-  if (!Array.isArray(events)) invalid('events', 'must be an array of run events');
-  const text = toJsonText(events, 'events', undefined, undefined, true, 1);
+  const text = runEventsText(events);
   return frozen<RunCosts>(callSync(() => native.restoreRunCostsJson(text)));
 }
 
 /** Fold a run's events into its status, nodes, pending gates and media jobs, budget, timeout and costs. */
 export function foldRunEvents(events: readonly RunEvent[]): RunEventState {
-  if (!Array.isArray(events)) invalid('events', 'must be an array of run events');
-  const text = toJsonText(events, 'events', undefined, undefined, true, 1);
+  const text = runEventsText(events);
   return frozen<RunEventState>(callSync(() => native.foldRunEventsJson(text)));
+}
+
+/** JSON text of a list of run events, read once. */
+function runEventsText(events: readonly RunEvent[]): string {
+  const copy = snapshotOf(events, 'events', { screenKeys: true, around: 1 });
+  if (!Array.isArray(copy)) invalid('events', 'must be an array of run events');
+  return jsonOf(copy);
 }
