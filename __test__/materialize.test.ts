@@ -9,6 +9,7 @@ import {
   EventLogCorruptError,
   EventValidationError,
   listEvents,
+  listRuns,
   localWorld,
   materializeRunState,
   materializeRunStateFromEvents,
@@ -17,7 +18,7 @@ import {
   type EventEnvelope,
   type PricingRegistry,
 } from '@little-workflow/world';
-import { tempDir, track, worldKindsWith } from './helpers';
+import { rejection, tempDir, track, worldKindsWith } from './helpers';
 
 type Case = {
   name: string;
@@ -136,28 +137,43 @@ describe.each(worldKindsWith({ pricing: fixture.pricing }))('materializeRunState
   });
 
   // Sums are exact: a token total past what a number holds exactly used to wrap around (or round).
-  it('refuses token totals past 2^53 - 1 rather than wrap them', async () => {
+  it('refuses a call that would take a token total past 2^53 - 1, so the run always folds', async () => {
     const world = makeWorld();
-    const call = (i: number) =>
-      appendEvent(world, 'run_tokens', {
+    const call = (run: string, i: number, usage: Record<string, number>) =>
+      appendEvent(world, run, {
         type: 'harness.model.responded',
-        payload: { turn: i, callId: `c${i}`, model: { provider: 'openai', modelId: 'gpt-5' }, response: { usage: { inputTokens: Number.MAX_SAFE_INTEGER, outputTokens: 1 } } },
+        payload: { turn: i, callId: `c${i}`, model: { provider: 'openai', modelId: 'gpt-5' }, response: { usage } },
         appendIdempotencyKey: `c${i}`,
       });
-    await call(1);
-    expect((await materializeRunState(world, 'run_tokens')).usage.inputTokens).toBe(Number.MAX_SAFE_INTEGER);
-    await call(2);
-    const events = await listEvents(world, 'run_tokens');
-    for (const fold of [() => materializeRunState(world, 'run_tokens'), async () => materializeRunStateFromEvents('run_tokens', events)]) {
-      let err: unknown;
-      try {
-        await fold();
-      } catch (e) {
-        err = e;
-      }
-      expect(err).toBeInstanceOf(EventLogCorruptError);
-      expect((err as Error).message).toContain('more than 2^53 - 1');
+    const max = Number.MAX_SAFE_INTEGER;
+    const first = await call('run_tokens', 1, { inputTokens: max - 10, outputTokens: 1 });
+    // Refused, each for the count that would pass: nothing stored, no sequence taken.
+    for (const [usage, field] of [
+      [{ inputTokens: 11, outputTokens: 1 }, 'inputTokens'],
+      [{ inputTokens: 1, outputTokens: max }, 'outputTokens'],
+    ] as const) {
+      const err = await rejection(call('run_tokens', 2, usage));
+      expect(err).toBeInstanceOf(EventValidationError);
+      expect(err.path).toBe(`payload.response.usage.${field}`);
     }
+    // Two issued together, which only together pass it: the first is taken, the second refused.
+    const both = await Promise.allSettled([call('run_tokens', 3, { inputTokens: 6, outputTokens: 1 }), call('run_tokens', 4, { inputTokens: 6, outputTokens: 1 })]);
+    expect(both.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+    // A retry of a call already stored still gets it back.
+    expect((await call('run_tokens', 1, { inputTokens: max - 10, outputTokens: 1 })).sequence).toBe(first.sequence);
+    const state = await materializeRunState(world, 'run_tokens');
+    expect(state.usage.inputTokens).toBe(max - 4);
+    expect((await listEvents(world, 'run_tokens')).map((e) => e.sequence)).toEqual([1, 2]);
+    expect((await listRuns(world)).find((r) => r.runId === 'run_tokens')!.status).not.toBe('unreadable');
+    // Totals are per run.
+    await call('run_other', 1, { inputTokens: max, outputTokens: max, cachedInputTokens: max, reasoningTokens: max });
+    expect((await materializeRunState(world, 'run_other')).usage.inputTokens).toBe(max);
+
+    // A log no world accepted (built by hand) is still refused by the pure fold, not wrapped.
+    const events = await listEvents(world, 'run_tokens');
+    const forged = [...events, { ...events[0]!, sequence: 3 }];
+    const err = await rejection(Promise.resolve().then(() => materializeRunStateFromEvents('run_tokens', forged)));
+    expect(err).toBeInstanceOf(EventLogCorruptError);
   });
 });
 

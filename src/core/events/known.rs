@@ -415,6 +415,24 @@ pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
     Ok(())
 }
 
+/// The token counts a `harness.model.responded` payload adds to its run's totals, as the
+/// materializer sums them: `[inputTokens, outputTokens, cachedInputTokens, reasoningTokens]` of
+/// `response.usage`, the last two 0 when absent. `None` when the first two are not counts.
+pub fn token_counts(payload: &Map<String, Value>) -> Option<[u64; 4]> {
+    let usage = payload.get("response")?.get("usage")?;
+    let count = |name: &str| usage.get(name).and_then(Value::as_u64);
+    let optional = |name: &str| usage.get(name).map_or(Some(0), Value::as_u64);
+    Some([
+        count("inputTokens")?,
+        count("outputTokens")?,
+        optional("cachedInputTokens")?,
+        optional("reasoningTokens")?,
+    ])
+}
+
+/// The names of the counts [`token_counts`] gives, in its order.
+pub const TOKEN_FIELDS: [&str; 4] = ["inputTokens", "outputTokens", "cachedInputTokens", "reasoningTokens"];
+
 fn subset(at: &str, usage: &Value, part: &str, whole: &str) -> Result<()> {
     if let (Some(p), Some(w)) = (usage.get(part).and_then(Value::as_f64), usage[whole].as_f64()) {
         if p > w {

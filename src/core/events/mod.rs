@@ -67,6 +67,10 @@ pub struct PreparedAppend {
     /// A budget estimate the append commits or releases, checked by the writer against what the
     /// stream has committed and released so far.
     pub estimate: Option<Estimate>,
+    /// The token counts a `harness.model.responded` adds to its run's totals (see
+    /// [`known::token_counts`]), checked by the writer: a total past 2^53 - 1 is one the
+    /// materializer cannot sum exactly, so accepting the call would leave the run unfoldable.
+    pub usage: Option<[u64; 4]>,
     /// A large value the payload refers to instead of carrying it, stored by the writer only once
     /// the append has passed every check against the stored rows, so that a refused append
     /// (an idempotency conflict, a run already ended) leaves no artifact behind.
@@ -101,6 +105,26 @@ fn estimate_of(t: &str, payload: &Map<String, Value>, root: &str) -> Option<Esti
         released,
         at: format!("{root}.{field}"),
     })
+}
+
+/// Check that a call's `tokens` keep each of `run`'s token totals within 2^53 - 1.
+fn check_usage(tx: &mut dyn LogTx, run: &str, tokens: &[u64; 4]) -> Result<()> {
+    let totals = tx.usage(run)?;
+    for ((total, add), field) in totals.iter().zip(tokens).zip(known::TOKEN_FIELDS) {
+        if total
+            .checked_add(*add)
+            .is_none_or(|t| t > known::MAX_SAFE_INTEGER as u64)
+        {
+            return Err(WorldError::validation(
+                format!("payload.response.usage.{field}"),
+                format!(
+                    "would take {run}'s {field} past 2^53 - 1 ({total} so far), which its usage could no longer be summed exactly to"
+                ),
+            )
+            .for_run(run));
+        }
+    }
+    Ok(())
 }
 
 /// Check `estimate` against what `run` has committed and released so far.
@@ -231,9 +255,13 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     // Large values are moved out of a refused payload too, so that its digest is the one stored
     // for the same request before; nothing is stored for it.
     let spill = offload_large_values(&req.event_type, &mut payload, run, artifacts);
-    let (terminal, estimate, spill) = match refused {
-        Some(_) => (None, None, None),
-        None => (terminal, estimate, spill),
+    let usage = match req.event_type.as_str() {
+        "harness.model.responded" => known::token_counts(&payload),
+        _ => None,
+    };
+    let (terminal, estimate, spill, usage) = match refused {
+        Some(_) => (None, None, None, None),
+        None => (terminal, estimate, spill, usage),
     };
     let mut text = Vec::with_capacity(capacity);
     EnvelopeFields {
@@ -272,6 +300,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         digest,
         terminal,
         estimate,
+        usage,
         spill,
         refused,
     })
@@ -512,9 +541,10 @@ pub fn commit_batch(
         let mut next: HashMap<&str, Cursor> = HashMap::new();
         for (item, head) in batch.iter().zip(heads.drain(..)) {
             // An append that writes one row needs no savepoint (which would cost a copy of every
-            // page it touches): all before its insert only reads, and a refused insert changes
-            // nothing. A failure of the store itself ends the whole group instead, since SQLite
-            // may have rolled the transaction back under it. An append that stores an artifact
+            // page it touches): all before its insert only reads, a refused insert changes
+            // nothing, and what it adds to after the insert (its run's token counts) is never
+            // refused. A failure of the store itself (an I/O error, a damaged database) ends the
+            // whole group instead, since SQLite may have rolled the transaction back under it. An append that stores an artifact
             // first has a savepoint, so that failing to store it fails that append alone.
             let one_row = item.terminal.is_none() && item.estimate.is_none() && item.spill.is_none();
             if !one_row {
@@ -527,7 +557,7 @@ pub fn commit_batch(
                     }
                     outcomes.push(Ok(envelope));
                 }
-                Err(e) if one_row && e.code() == "WORLD_IO" => return Err(e),
+                Err(e) if one_row && matches!(e.code(), "WORLD_IO" | "EVENT_LOG_CORRUPT") => return Err(e),
                 Err(e) => {
                     if !one_row {
                         tx.rollback_to()?;
@@ -643,6 +673,9 @@ fn append_one<'b>(
     if let Some(estimate) = &item.estimate {
         check_estimate(tx, run, estimate)?;
     }
+    if let Some(tokens) = &item.usage {
+        check_usage(tx, run, tokens)?;
+    }
     if let Some(spill) = &item.spill {
         let stored = artifacts.store_json(run, &spill.step_path, spill.name, spill.text.clone())?;
         if stored != spill.artifact_id {
@@ -685,6 +718,9 @@ fn append_one<'b>(
     }
     if let Some(e) = &item.estimate {
         tx.add_estimate(run, &e.model, e.amount, e.released)?;
+    }
+    if let Some(tokens) = item.usage {
+        tx.add_usage(run, tokens)?;
     }
     next.insert(
         run,

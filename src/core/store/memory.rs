@@ -16,6 +16,8 @@ struct Stream {
     terminals: HashMap<String, u64>,
     /// Budget estimates by model: what is committed and not released.
     estimates: HashMap<String, u64>,
+    /// Token counts of the stream's model calls so far (see [`LogTx::usage`]).
+    usage: [u64; 4],
 }
 
 type Streams = BTreeMap<String, Stream>;
@@ -43,7 +45,8 @@ struct MemoryTx<'a> {
     staged_terminals: Vec<(String, String, u64)>,
     /// Run, model, amount, released.
     staged_estimates: Vec<(String, String, u64, bool)>,
-    mark: (usize, usize, usize),
+    staged_usage: Vec<(String, [u64; 4])>,
+    mark: (usize, usize, usize, usize),
 }
 
 impl LogTx for MemoryTx<'_> {
@@ -156,11 +159,26 @@ impl LogTx for MemoryTx<'_> {
         Ok(())
     }
 
+    fn usage(&mut self, run_id: &str) -> Result<[u64; 4]> {
+        let stored = self.streams.get(run_id).map_or([0; 4], |s| s.usage);
+        Ok(self
+            .staged_usage
+            .iter()
+            .filter(|(r, _)| r == run_id)
+            .fold(stored, |sum, (_, add)| add_counts(sum, *add)))
+    }
+
+    fn add_usage(&mut self, run_id: &str, tokens: [u64; 4]) -> Result<()> {
+        self.staged_usage.push((run_id.to_string(), tokens));
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = (
             self.staged.len(),
             self.staged_terminals.len(),
             self.staged_estimates.len(),
+            self.staged_usage.len(),
         );
         Ok(())
     }
@@ -173,8 +191,14 @@ impl LogTx for MemoryTx<'_> {
         self.staged.truncate(self.mark.0);
         self.staged_terminals.truncate(self.mark.1);
         self.staged_estimates.truncate(self.mark.2);
+        self.staged_usage.truncate(self.mark.3);
         Ok(())
     }
+}
+
+/// Token counts added up (the writer has checked that they fit).
+fn add_counts(a: [u64; 4], b: [u64; 4]) -> [u64; 4] {
+    std::array::from_fn(|i| a[i].saturating_add(b[i]))
 }
 
 /// An open amount after committing (or releasing) `amount`, which the writer has checked.
@@ -194,15 +218,21 @@ impl LogWriter for MemoryLog {
             staged: Vec::new(),
             staged_terminals: Vec::new(),
             staged_estimates: Vec::new(),
-            mark: (0, 0, 0),
+            staged_usage: Vec::new(),
+            mark: (0, 0, 0, 0),
         };
         body(&mut tx)?;
         let MemoryTx {
             staged,
             staged_terminals,
             staged_estimates,
+            staged_usage,
             ..
         } = tx;
+        for (run, tokens) in staged_usage {
+            let stream = streams.entry(run).or_default();
+            stream.usage = add_counts(stream.usage, tokens);
+        }
         for (run, node, seq) in staged_terminals {
             streams.entry(run).or_default().terminals.insert(node, seq);
         }

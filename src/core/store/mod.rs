@@ -111,6 +111,12 @@ pub trait LogTx {
     /// Commit (`released` false) or release `amount` of `model`. The caller has checked that the
     /// open amount stays within `0 ..= 2^53 - 1`.
     fn add_estimate(&mut self, run_id: &str, model: &str, amount: u64, released: bool) -> Result<()>;
+    /// The token counts of `run_id`'s `harness.model.responded` events so far, `[input, output,
+    /// cached input, reasoning]` (pending rows of this transaction included).
+    fn usage(&mut self, run_id: &str) -> Result<[u64; 4]>;
+    /// Add one call's token counts to `run_id`'s. The caller has checked that the totals stay
+    /// within `0 ..= 2^53 - 1`. Fails only as the store fails (never refused, as an insert is).
+    fn add_usage(&mut self, run_id: &str, tokens: [u64; 4]) -> Result<()>;
     /// Open a savepoint for one append.
     fn savepoint(&mut self) -> Result<()>;
     /// Keep what the append since the savepoint wrote.
@@ -355,16 +361,16 @@ mod tests {
         let upgrade = "BEGIN;
              CREATE TABLE later (x INTEGER);
              DROP TRIGGER events_writer;
-             CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(5)
+             CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(6)
              BEGIN SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version'); END;
-             PRAGMA user_version = 5;
+             PRAGMA user_version = 6;
              COMMIT;";
         other.execute_batch(upgrade).unwrap();
         for _ in 0..2 {
             let err = append(2).unwrap_err();
             assert_eq!(err.code(), "WORLD_PATH", "{err}");
             assert!(err.to_string().contains("upgraded by a newer version"), "{err}");
-            assert!(err.to_string().contains("to schema 5"), "{err}");
+            assert!(err.to_string().contains("to schema 6"), "{err}");
         }
         let count: i64 = other
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))

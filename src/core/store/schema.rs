@@ -8,7 +8,7 @@
 //! refused with a clear error instead of being written to.
 //!
 //! Rows stored before a step are folded into its tables in Rust ([`backfill_terminals`],
-//! [`backfill_estimates`]), as the reads see them: SQLite's JSON functions stop at 1,000 levels,
+//! [`backfill_estimates`], [`backfill_usage`]), as the reads see them: SQLite's JSON functions stop at 1,000 levels,
 //! one short of an envelope around a payload nested as deep as a payload may be.
 //!
 //! Since schema 4, every insert into `events` must come from a writer of this schema: a process of
@@ -19,8 +19,8 @@
 //! finds another connection's commit since its own last one reads `user_version` again, under
 //! the write lock, and appends nothing once it is past [`SCHEMA_VERSION`]. A later version's
 //! upgrade must therefore raise `user_version` (every migration does) and, for the writers of
-//! schema 4 built before this one, which do run the trigger, make it call `little_world_writer`
-//! with the new number.
+//! schema 4 built before `fence_writer`, which do run the trigger, make it call
+//! `little_world_writer` with the new number (schema 5 does).
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
@@ -77,6 +77,23 @@ const MIGRATIONS: &[&str] = &[
     // and they get the message.
     "CREATE TRIGGER events_writer BEFORE INSERT ON events
      WHEN NOT little_world_writer(4)
+     BEGIN
+        SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
+     END;",
+    // 5: each run's token counts so far, summed over its `harness.model.responded` events, so an
+    // append can refuse a call that would take a total past 2^53 - 1, which the materializer
+    // cannot sum exactly, without a scan. Rows stored before are summed in by [`backfill_usage`].
+    // The fence is raised to this version (see the module's documentation).
+    "CREATE TABLE usage_totals (
+        run_id              TEXT    NOT NULL PRIMARY KEY,
+        input_tokens        INTEGER NOT NULL,
+        output_tokens       INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        reasoning_tokens    INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    DROP TRIGGER events_writer;
+    CREATE TRIGGER events_writer BEFORE INSERT ON events
+     WHEN NOT little_world_writer(5)
      BEGIN
         SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
      END;",
@@ -164,6 +181,7 @@ pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
             .and_then(|()| match target {
                 2 => backfill_terminals(&tx),
                 3 => backfill_estimates(&tx),
+                5 => backfill_usage(&tx),
                 _ => Ok(()),
             })
             .map_err(|e| WorldError::sqlite(format!("migrating to schema {target}"), e))?;
@@ -246,6 +264,31 @@ fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
     let mut insert = conn.prepare("INSERT INTO estimates (run_id, model, open) VALUES (?1, ?2, ?3)")?;
     for ((run, model), sum) in open {
         insert.execute(rusqlite::params![run, model, sum.clamp(0, max) as i64])?;
+    }
+    Ok(())
+}
+
+/// Fill `usage_totals` from the `harness.model.responded` rows already stored, as the
+/// materializer reads them: each run's four token counts, summed exactly and clamped to
+/// `i64::MAX` (a run an earlier version let past 2^53 - 1 then takes no more calls).
+fn backfill_usage(conn: &Connection) -> rusqlite::Result<()> {
+    let mut totals: std::collections::BTreeMap<String, [u128; 4]> = Default::default();
+    stored_rows(conn, &["harness.model.responded"], |run, _, _, payload| {
+        if let Some(tokens) = crate::core::events::known::token_counts(&payload) {
+            let sums = totals.entry(run).or_default();
+            for (sum, n) in sums.iter_mut().zip(tokens) {
+                *sum += u128::from(n);
+            }
+        }
+        Ok(())
+    })?;
+    let mut insert = conn.prepare(
+        "INSERT INTO usage_totals (run_id, input_tokens, output_tokens, cached_input_tokens, reasoning_tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (run, sums) in totals {
+        let [a, b, c, d] = sums.map(|s| s.min(i64::MAX as u128) as i64);
+        insert.execute(rusqlite::params![run, a, b, c, d])?;
     }
     Ok(())
 }
@@ -365,6 +408,47 @@ mod tests {
         assert_eq!(
             rows(&conn, "SELECT run_id, model, open FROM estimates"),
             ["run_deep m 300"]
+        );
+    }
+
+    #[test]
+    fn each_runs_token_counts_are_summed_in_exactly_and_clamped() {
+        let call = |i: u64, o: u64, extra: &str| {
+            format!(
+                r#"{{"callId":"c","model":{{"modelId":"m","provider":"p"}},"response":{{"usage":{{"inputTokens":{i},"outputTokens":{o}{extra}}}}},"turn":1}}"#
+            )
+        };
+        let max = crate::core::events::known::MAX_SAFE_INTEGER as u64;
+        let mut conn = schema_1_world(&[
+            (
+                "run_a",
+                "harness.model.responded",
+                call(10, 2, r#","cachedInputTokens":4"#),
+            ),
+            (
+                "run_a",
+                "harness.model.responded",
+                call(5, 3, r#","reasoningTokens":1"#),
+            ),
+            ("run_a", "harness.session.completed", call(1000, 1000, "")),
+            // An earlier version let a run's counts pass 2^53 - 1 (and an i64, summed).
+            ("run_b", "harness.model.responded", call(max, 1, "")),
+            ("run_b", "harness.model.responded", call(max, 1, "")),
+            ("run_b", "harness.model.responded", call(max, 1, "")),
+            // A row whose counts do not read adds nothing.
+            (
+                "run_c",
+                "harness.model.responded",
+                r#"{"response":{"usage":{"inputTokens":"x"}}}"#.into(),
+            ),
+        ]);
+        migrate(&mut conn, "x").unwrap();
+        assert_eq!(
+            rows(
+                &conn,
+                "SELECT run_id, input_tokens, output_tokens, cached_input_tokens, reasoning_tokens FROM usage_totals ORDER BY run_id"
+            ),
+            ["run_a 15 5 4 1".to_string(), format!("run_b {} 3 0 0", 3 * max)]
         );
     }
 

@@ -1038,6 +1038,40 @@ impl LogTx for SqliteTx<'_> {
             .map_err(|e| WorldError::sqlite("recording a budget estimate", e))
     }
 
+    fn usage(&mut self, run_id: &str) -> Result<[u64; 4]> {
+        self.conn
+            .prepare_cached(
+                "SELECT input_tokens, output_tokens, cached_input_tokens, reasoning_tokens FROM usage_totals WHERE run_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([run_id], |r| {
+                    let n = |i| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+                    Ok([n(0)?, n(1)?, n(2)?, n(3)?])
+                })
+                .optional()
+            })
+            .map(Option::unwrap_or_default)
+            .map_err(|e| WorldError::sqlite("reading a run's token counts", e))
+    }
+
+    fn add_usage(&mut self, run_id: &str, tokens: [u64; 4]) -> Result<()> {
+        // Each total is at most 2^53 - 1 (the caller checked), so an i64 holds it.
+        let [a, b, c, d] = tokens.map(|n| n as i64);
+        self.conn
+            .prepare_cached(
+                "INSERT INTO usage_totals (run_id, input_tokens, output_tokens, cached_input_tokens, reasoning_tokens)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (run_id) DO UPDATE SET
+                    input_tokens = input_tokens + excluded.input_tokens,
+                    output_tokens = output_tokens + excluded.output_tokens,
+                    cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
+                    reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens",
+            )
+            .and_then(|mut s| s.execute(params![run_id, a, b, c, d]))
+            .map(|_| ())
+            .map_err(|e| WorldError::sqlite("adding to a run's token counts", e))
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = self.staged.len();
         self.exec("SAVEPOINT append", "opening a savepoint")
@@ -1788,25 +1822,24 @@ mod tests {
     }
 
     #[test]
-    fn a_file_system_failure_names_the_database_and_what_the_system_said() {
+    fn something_else_where_a_file_of_the_store_belongs_is_refused_saying_what_and_where() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("events/events.db");
         drop(open(dir.path(), Durability::Normal).unwrap());
-        // A directory where the WAL file belongs: SQLite says "unable to open database file".
-        std::fs::create_dir(db.with_file_name("events.db-wal")).unwrap();
+        // A directory where the WAL file belongs: SQLite would say only "unable to open database
+        // file".
+        let wal = dir.path().join("events/events.db-wal");
+        std::fs::create_dir(&wal).unwrap();
         let err = open(dir.path(), Durability::Normal).map(drop).unwrap_err();
-        assert_eq!(err.code(), "WORLD_IO", "{err}");
-        assert!(err.to_string().contains(&*db.to_string_lossy()), "{err}");
-        assert!(err.to_string().contains("Is a directory"), "{err}");
-        assert_eq!(err.details()["path"], db.to_string_lossy().as_ref());
+        assert_eq!(err.code(), "WORLD_PATH", "{err}");
+        assert!(err.to_string().contains(&*wal.to_string_lossy()), "{err}");
+        assert!(err.to_string().contains("is a directory"), "{err}");
 
-        // And the database itself a directory: the open fails, and says why.
+        // And the database itself a directory.
         let other = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(other.path().join("events/events.db")).unwrap();
         let err = open(other.path(), Durability::Normal).map(drop).unwrap_err();
-        assert_eq!(err.code(), "WORLD_IO", "{err}");
-        assert!(err.to_string().starts_with("opening "), "{err}");
-        assert!(err.to_string().contains("Is a directory"), "{err}");
+        assert_eq!(err.code(), "WORLD_PATH", "{err}");
+        assert!(err.to_string().contains("is a directory"), "{err}");
     }
 
     #[cfg(unix)]
