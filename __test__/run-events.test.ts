@@ -11,6 +11,7 @@ import {
   appendRunEvent,
   appendSessionEvent,
   canonicalize,
+  EventAppendIdempotencyConflictError,
   EventLogCorruptError,
   EventValidationError,
   foldRunEvents,
@@ -287,6 +288,11 @@ const SECRETS: Array<[string, string]> = [
   ['Google API key', 'AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q'],
   ['bearer token', 'Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl'],
   ['PEM private key', '-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7s9xQ1vPz\n-----END RSA PRIVATE KEY-----'],
+  ['PGP private key', '-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGV0c3QBCADkZ3Jv\n-----END PGP PRIVATE KEY BLOCK-----'],
+  ['key after an underscore', 'OPENAI_API_KEY_sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f'],
+  ['Stripe secret key', 'sk_live_51HxQ2vKZp8Lm3Nw7Rt4Yb6Jc9Hd1FgAeU'],
+  ['Slack token', 'xoxb-2048563921-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx'],
+  ['Slack webhook', 'https://hooks.slack.com/services/T01ABCDEF/B02GHIJKL/mNoPqRsTuVwXyZ0123456789'],
 ];
 
 describe('no secrets in the log', () => {
@@ -324,9 +330,37 @@ describe('no secrets in the log', () => {
       const err = await rejection(appendRunEvent(world, 'run_sec2', { type: 'run:started', workflowId: UUID, executionMode: 'local', inputs: { apiKey: bad } }));
       expect(err).toBeInstanceOf(EventValidationError);
     }
+    // Nor in the stream's id or the idempotency key of a run event, which are stored too.
+    const secret = 'sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f';
+    const core = 'Ab3dEf6hIj9kLm2nOp5q';
+    const node = { type: 'node:started', payload: { nodeId: 'n', nodeType: 'agent' } };
+    for (const [p, path] of [
+      [appendRunEvent(world, `run_${secret}`, { type: 'node:started', nodeId: 'n', nodeType: 'agent' }), 'runId'],
+      [appendSessionEvent(world, `ses_${secret}`, { type: 'session:turn_started' }), 'sessionId'],
+      [appendEvent(world, `run_${secret}`, node), 'runId'],
+      [appendEvent(world, 'run_sec', { ...node, appendIdempotencyKey: `retry-${secret}` }), 'appendIdempotencyKey'],
+    ] as const) {
+      const err = await rejection(p);
+      expect(err).toBeInstanceOf(EventValidationError);
+      expect(err.path).toBe(path);
+      expect(`${err.message} ${err.stack} ${JSON.stringify(err.details)}`.includes(core)).toBe(false);
+    }
+    // An idempotency conflict never shows a stored key that looks like a credential.
+    const call = (text: string) => ({
+      type: 'harness.model.responded',
+      appendIdempotencyKey: `OPENAI_API_KEY_${secret}`,
+      payload: { turn: 1, callId: 'c', model: { provider: 'openai', modelId: 'gpt-5' }, response: { text, usage: { inputTokens: 1, outputTokens: 1 } } },
+    });
+    await appendEvent(world, 'run_keyed', call('first'));
+    const conflict = await rejection(appendEvent(world, 'run_keyed', call('second')));
+    expect(conflict).toBeInstanceOf(EventAppendIdempotencyConflictError);
+    expect(`${conflict.message} ${conflict.stack} ${JSON.stringify(conflict.details)}`.includes(core)).toBe(false);
     await world.close();
     // Nothing refused reached the store.
-    const bytes = readdirSync(join(dataDir, 'events')).map((f) => readFileSync(join(dataDir, 'events', f)).toString('latin1')).join('');
+    const bytes = readdirSync(join(dataDir, 'events'))
+      .map((f) => readFileSync(join(dataDir, 'events', f)).toString('latin1'))
+      .join('')
+      .replaceAll(`OPENAI_API_KEY_${secret}`, '');
     for (const [kind, secret] of SECRETS) expect(bytes.includes(secret.split('\n')[0].slice(-16)), kind).toBe(false);
   });
 });

@@ -195,6 +195,19 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     }
     let run = req.run_id.clone();
     let run = run.as_str();
+    // A run event stores no credential anywhere: not in its stream's id (refused before any error
+    // could name the stream) and not in its idempotency key.
+    if req.draft.is_some() || (req.event_type.contains(':') && run_events::is_known_type(&req.event_type)) {
+        let id_field = if req.draft == Some(Stream::Session) {
+            "sessionId"
+        } else {
+            "runId"
+        };
+        run_events::screen_str(&req.run_id, id_field)?;
+        if let Some(key) = &req.key {
+            run_events::screen_str(key, "appendIdempotencyKey").map_err(|e| e.for_run(run))?;
+        }
+    }
     // What the envelope will take, at least (canonical JSON is rarely longer than its input).
     let capacity = req.payload_json.len()
         + req.strings.iter().map(String::len).sum::<usize>()
@@ -610,6 +623,15 @@ fn commit_one(
     Some(result.map(|()| envelope.take().expect("a committed append has its envelope")))
 }
 
+/// An idempotency key as an error may show it: one that looks like a credential is not shown.
+fn shown_key(key: &str) -> String {
+    if run_events::looks_like_credential(key) {
+        "<a key that looks like a credential>".to_string()
+    } else {
+        key.to_string()
+    }
+}
+
 /// What the group knows of a run so far: its last sequence and the sequence of its end, if any.
 #[derive(Clone, Copy)]
 struct Cursor {
@@ -637,7 +659,7 @@ fn append_one<'b>(
             }
             return Err(WorldError::IdempotencyConflict {
                 run_id: item.run_id.clone(),
-                key: key.clone(),
+                key: shown_key(key),
                 sequence: found.sequence,
                 stored_digest: found.digest,
                 request_digest: digest.clone(),

@@ -31,7 +31,7 @@ mod tests;
 
 pub use costs::{restore_costs, CostRestore};
 pub use fold::fold;
-pub use secrets::{check_secrets, looks_like_credential};
+pub use secrets::{check_secrets, looks_like_credential, screen_str};
 
 use crate::core::error::{Result, WorldError};
 use schema::check_fields;
@@ -84,7 +84,7 @@ pub fn validate_draft(stream: Stream, draft: &Map<String, Value>) -> Result<()> 
 /// colon-namespaced event (`type` + `payload`). `fields` may carry `type`; it must then be `t`.
 pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
     // Screen first: every later message may name the type.
-    secrets::check_str(t, "event.type")?;
+    secrets::screen_str(t, "event.type")?;
     secrets::check_map(fields, "event")?;
     if fields.get("type").is_some_and(|ft| ft.as_str() != Some(t)) {
         return Err(WorldError::validation(

@@ -21,7 +21,14 @@ pub(super) enum SecretKind {
     Anthropic,
     Aws,
     GitHub,
+    GitLab,
     Google,
+    Stripe,
+    Slack,
+    Npm,
+    HuggingFace,
+    SendGrid,
+    Jwt,
     Bearer,
     PrivateKey,
 }
@@ -33,9 +40,16 @@ impl SecretKind {
             SecretKind::Anthropic => "an Anthropic API key",
             SecretKind::Aws => "an AWS access key id",
             SecretKind::GitHub => "a GitHub token",
+            SecretKind::GitLab => "a GitLab token",
             SecretKind::Google => "a Google API key",
+            SecretKind::Stripe => "a Stripe secret key",
+            SecretKind::Slack => "a Slack token or webhook",
+            SecretKind::Npm => "an npm token",
+            SecretKind::HuggingFace => "a Hugging Face token",
+            SecretKind::SendGrid => "a SendGrid API key",
+            SecretKind::Jwt => "a JSON Web Token",
             SecretKind::Bearer => "a bearer-scheme credential",
-            SecretKind::PrivateKey => "a PEM private key",
+            SecretKind::PrivateKey => "a private key block",
         }
     }
 }
@@ -56,8 +70,9 @@ pub fn looks_like_credential(s: &str) -> bool {
     find_secret(s).is_some()
 }
 
-/// [`check_secrets`] of one string reported at `root` (an event type given apart).
-pub(super) fn check_str(s: &str, root: &str) -> Result<()> {
+/// [`check_secrets`] of one string reported at `root` (an event type, a stream id or an
+/// idempotency key, given apart).
+pub fn screen_str(s: &str, root: &str) -> Result<()> {
     screen(s, &JsonPath::new(root), false)
 }
 
@@ -143,11 +158,18 @@ fn run(b: &[u8], i: usize, f: impl Fn(u8) -> bool) -> usize {
 
 fn secret_at(b: &[u8], i: usize) -> Option<SecretKind> {
     let rest = &b[i..];
-    let at_boundary = i == 0 || !is_tok(b[i - 1]);
+    // A credential's prefix starts a token of its own, or follows anything but a letter or digit:
+    // `OPENAI_API_KEY_sk-proj-…` and `key=AKIA…` hold one, `desk-…` and `risk-…` do not.
+    let at_boundary = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+    if !at_boundary {
+        return None;
+    }
+    let tail = |from: usize, f: fn(u8) -> bool| run(b, i + from, f);
+    let alnum = |c: u8| c.is_ascii_alphanumeric();
     match rest.first()? {
-        b's' if at_boundary && rest.starts_with(b"sk-") => {
+        b's' if rest.starts_with(b"sk-") => {
             // sk-…, sk-proj-…, sk-svcacct-…, sk-ant-api03-…: a long key-like tail.
-            (run(b, i + 3, is_tok) >= 20).then(|| {
+            (tail(3, is_tok) >= 20).then(|| {
                 if rest.starts_with(b"sk-ant-") {
                     SecretKind::Anthropic
                 } else {
@@ -155,30 +177,68 @@ fn secret_at(b: &[u8], i: usize) -> Option<SecretKind> {
                 }
             })
         }
-        b'A' if at_boundary && (rest.starts_with(b"AKIA") || rest.starts_with(b"ASIA")) => {
-            let body = run(b, i + 4, |c| c.is_ascii_uppercase() || c.is_ascii_digit());
+        // Stripe's secret and restricted keys: sk_live_…, sk_test_…, rk_live_…, rk_test_….
+        b's' | b'r'
+            if rest.len() > 8
+                && rest[1..].starts_with(b"k_")
+                && (rest[3..].starts_with(b"live_") || rest[3..].starts_with(b"test_")) =>
+        {
+            (tail(8, alnum) >= 20).then_some(SecretKind::Stripe)
+        }
+        b'A' if rest.starts_with(b"AKIA") || rest.starts_with(b"ASIA") => {
+            let body = tail(4, |c| c.is_ascii_uppercase() || c.is_ascii_digit());
             let after = b.get(i + 4 + body).copied();
             (body == 16 && !after.is_some_and(|c| c.is_ascii_alphanumeric())).then_some(SecretKind::Aws)
         }
-        b'A' if at_boundary && rest.starts_with(b"AIza") => (run(b, i + 4, is_tok) >= 35).then_some(SecretKind::Google),
-        b'g' if at_boundary && rest.starts_with(b"github_pat_") => {
-            (run(b, i + 11, |c| c.is_ascii_alphanumeric() || c == b'_') >= 22).then_some(SecretKind::GitHub)
+        b'A' if rest.starts_with(b"AIza") => (tail(4, is_tok) >= 35).then_some(SecretKind::Google),
+        b'g' if rest.starts_with(b"github_pat_") => {
+            (tail(11, |c| c.is_ascii_alphanumeric() || c == b'_') >= 22).then_some(SecretKind::GitHub)
         }
-        b'g' if at_boundary && rest.len() > 4 && rest.starts_with(b"gh") && rest[3] == b'_' => {
+        b'g' if rest.len() > 4 && rest.starts_with(b"gh") && rest[3] == b'_' => {
             let classic = matches!(rest[2], b'p' | b'o' | b'u' | b's' | b'r');
-            (classic && run(b, i + 4, |c| c.is_ascii_alphanumeric()) >= 30).then_some(SecretKind::GitHub)
+            (classic && tail(4, alnum) >= 30).then_some(SecretKind::GitHub)
         }
-        b'B' | b'b' if (i == 0 || !b[i - 1].is_ascii_alphabetic()) && rest.len() > 7 => {
+        b'g' if rest.starts_with(b"glpat-") => (tail(6, is_tok) >= 20).then_some(SecretKind::GitLab),
+        // Slack: xoxb-…, xoxp-…, xoxa-…, xoxr-…, xoxs-…, xoxe-…, and incoming-webhook URLs.
+        b'x' if rest.len() > 5 && rest.starts_with(b"xox") && b"abposer".contains(&rest[3]) && rest[4] == b'-' => {
+            let body = &b[i + 5..i + 5 + tail(5, |c| c.is_ascii_alphanumeric() || c == b'-')];
+            (body.len() >= 10 && body.iter().any(u8::is_ascii_digit)).then_some(SecretKind::Slack)
+        }
+        b'h' if rest.starts_with(b"hooks.slack.com/services/") => {
+            (tail(25, |c| c.is_ascii_alphanumeric() || c == b'/') >= 20).then_some(SecretKind::Slack)
+        }
+        b'n' if rest.starts_with(b"npm_") => (tail(4, alnum) >= 36).then_some(SecretKind::Npm),
+        b'h' if rest.starts_with(b"hf_") => (tail(3, alnum) >= 30).then_some(SecretKind::HuggingFace),
+        b'S' if rest.starts_with(b"SG.") => {
+            let first = tail(3, is_tok);
+            let dot = b.get(i + 3 + first) == Some(&b'.');
+            (first >= 16 && dot && tail(4 + first, is_tok) >= 30).then_some(SecretKind::SendGrid)
+        }
+        // A JSON Web Token: three base64url parts, the first two JSON objects (`eyJ` is `{"`).
+        b'e' if rest.starts_with(b"eyJ") => {
+            let b64 = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
+            let header = tail(0, b64);
+            let at = i + header;
+            let payload = (b.get(at) == Some(&b'.') && b[at + 1..].starts_with(b"eyJ")).then(|| run(b, at + 1, b64))?;
+            let sig_at = at + 1 + payload;
+            (header >= 10 && payload >= 10 && b.get(sig_at) == Some(&b'.') && run(b, sig_at + 1, b64) >= 10)
+                .then_some(SecretKind::Jwt)
+        }
+        b'B' | b'b' if rest.len() > 7 => {
             if !rest[..6].eq_ignore_ascii_case(b"bearer") {
                 return None;
             }
             let gap = run(b, i + 6, |c| c == b' ' || c == b'\t');
             (gap > 0 && is_bearer_token(&b[i + 6 + gap..])).then_some(SecretKind::Bearer)
         }
+        // Any private key block: PEM (RSA, EC, OPENSSH, ENCRYPTED, …) and PGP's.
         b'-' if rest.starts_with(b"-----BEGIN ") => {
             let label = &rest[11..];
             let end = label.windows(5).position(|w| w == b"-----")?;
-            label[..end].ends_with(b"PRIVATE KEY").then_some(SecretKind::PrivateKey)
+            label[..end]
+                .windows(11)
+                .any(|w| w == b"PRIVATE KEY")
+                .then_some(SecretKind::PrivateKey)
         }
         _ => None,
     }
@@ -267,6 +327,59 @@ mod tests {
             "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
             SecretKind::PrivateKey,
         ),
+        (
+            "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGV0c3QBCADk\n-----END PGP PRIVATE KEY BLOCK-----",
+            "lQOYBGV0c3QBCADk",
+            SecretKind::PrivateKey,
+        ),
+        // A key written straight after an underscore or an `=`, as in an environment dump.
+        (
+            "OPENAI_API_KEY_sk-proj-Q3vN8wLz2pKx7RtY5mBc9HdF1aJgE4sU6oWi0XnV",
+            "Q3vN8wLz2pKx7RtY5mBc9HdF1aJgE4sU6oWi0XnV",
+            SecretKind::OpenAi,
+        ),
+        ("AWS_KEY=AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE", SecretKind::Aws),
+        (
+            "sk_live_51HxQ2vKZp8Lm3Nw7Rt4Yb6Jc9Hd1FgAeU",
+            "51HxQ2vKZp8Lm3Nw7Rt4Yb6Jc9Hd1FgAeU",
+            SecretKind::Stripe,
+        ),
+        (
+            "rk_test_4eC39HqLyjWDarjtT1zdp7dc4eC39HqLyjW",
+            "4eC39HqLyjWDarjtT1zdp7dc",
+            SecretKind::Stripe,
+        ),
+        (
+            "xoxb-2048563921-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+            "1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+            SecretKind::Slack,
+        ),
+        (
+            "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+            "XXXXXXXXXXXXXXXXXXXXXXXX",
+            SecretKind::Slack,
+        ),
+        ("glpat-Zx8Kq2Lm9Vt4Rw7Yp1Nc", "Zx8Kq2Lm9Vt4Rw7Yp1Nc", SecretKind::GitLab),
+        (
+            "npm_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5",
+            "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5",
+            SecretKind::Npm,
+        ),
+        (
+            "hf_QmVtYkLxNpRzWsTbHcJdFgAeUiOo1234567",
+            "QmVtYkLxNpRzWsTbHcJdFgAeUiOo1234567",
+            SecretKind::HuggingFace,
+        ),
+        (
+            "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",
+            "TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr",
+            SecretKind::SendGrid,
+        ),
+        (
+            "token=eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+            "dozjgNryP4J3jVmNHl0w5N",
+            SecretKind::Jwt,
+        ),
     ];
 
     /// Whether any 6-byte window of `secret` appears in `text`.
@@ -323,6 +436,12 @@ mod tests {
             "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
             "-----BEGIN PUBLIC KEY-----",
             "[redacted]",
+            "sk_live_short",
+            "xoxb-not-a-token",
+            "eyJ is how base64 of {\" begins",
+            "hf_hub_download",
+            "npm_config_cache",
+            "-----BEGIN PGP PUBLIC KEY BLOCK-----",
             "",
         ] {
             assert_eq!(find_secret(ok), None, "{ok}");
