@@ -1,8 +1,9 @@
 // A world opened with `readOnly`: it reads what other worlds commit, refuses every write with a
 // typed error, and leaves the data directory exactly as it found it (no upgrade, nothing created).
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { chmodSync, existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   acquireOuterLoopLock,
@@ -23,7 +24,7 @@ import {
   writeArtifact,
   writeOuterLoopManifest,
 } from '@little-workflow/world';
-import { downgradeToSchema2, rejection, schemaVersion, tempDir, track } from './helpers';
+import { downgradeToSchema2, packageRoot, rejection, schemaVersion, tempDir, track } from './helpers';
 
 /**
  * Every file under `dir` with its size and content hash, so any change to the directory shows;
@@ -144,5 +145,85 @@ describe('localWorld({ readOnly: true })', () => {
     await world.close();
     expect(await rejection(appendEvent(world, 'run_ro', { type: 'RunStarted', payload: {} }))).toBeInstanceOf(WorldClosedError);
     expect(await rejection(writeArtifact(world, { runId: 'run_ro', stepPath: 's', name: 'p', contentType: 'text/plain', encoding: 'utf8', payload: 'x' }))).toBeInstanceOf(WorldClosedError);
+  });
+});
+
+const LITTLE = join(packageRoot, 'bin', 'little.js');
+const asRoot = process.getuid?.() === 0;
+
+/** Whether `unshare -rm` can make a mount namespace here, in which a bind mount can be read-only. */
+const canMountReadOnly = (() => {
+  const r = spawnSync('unshare', ['-rm', 'true'], { encoding: 'utf8' });
+  return r.status === 0;
+})();
+if (process.platform === 'linux' && !canMountReadOnly) {
+  console.warn('SKIPPED: the read-only mount tests need `unshare -rm` (util-linux, with user namespaces enabled)');
+}
+
+type Little = { status: number | null; stdout: string; stderr: string };
+
+/** Run `little <args> --data-dir <the world>` where the world is on a read-only bind mount. */
+function onReadOnlyMount(dataDir: string, args: string[]): Little {
+  const at = tempDir();
+  const script = 'mount --bind -o ro "$1" "$2" && shift 2 && exec "$@"';
+  return spawnSync('unshare', ['-rm', 'sh', '-c', script, 'sh', dataDir, at, process.execPath, LITTLE, ...args, '--data-dir', at], { encoding: 'utf8' });
+}
+
+/** Run `little <args> --data-dir <the world>` as a user who cannot write the world's directories. */
+function asAnotherUser(dataDir: string, args: string[]): Little {
+  for (const d of [dirname(dataDir), dataDir, join(dataDir, 'events')]) chmodSync(d, 0o755);
+  for (const f of readdirSync(join(dataDir, 'events'))) chmodSync(join(dataDir, 'events', f), 0o644);
+  if (asRoot) return spawnSync('runuser', ['-u', 'nobody', '--', process.execPath, LITTLE, ...args, '--data-dir', dataDir], { encoding: 'utf8' });
+  chmodSync(join(dataDir, 'events'), 0o555);
+  try {
+    return spawnSync(process.execPath, [LITTLE, ...args, '--data-dir', dataDir], { encoding: 'utf8' });
+  } finally {
+    chmodSync(join(dataDir, 'events'), 0o755);
+  }
+}
+
+/** A world left as a process killed after five appends leaves it: its commits in the WAL. */
+function crashed(): string {
+  const dataDir = tempDir();
+  const r = spawnSync(process.execPath, ['-e', `
+    const { localWorld, appendEvent } = require(${JSON.stringify(join(packageRoot, 'world.js'))});
+    (async () => {
+      const w = localWorld({ dataDir: ${JSON.stringify(dataDir)} });
+      for (let i = 0; i < 5; i++) await appendEvent(w, 'run_ro', { type: 'T', payload: { i } });
+      process.kill(process.pid, 'SIGKILL');
+    })();`]);
+  expect(r.signal).toBe('SIGKILL');
+  expect(statSync(join(dataDir, 'events', 'events.db-wal')).size).toBeGreaterThan(0);
+  return dataDir;
+}
+
+const places: ReadonlyArray<readonly [string, (dataDir: string, args: string[]) => Little, boolean]> = [
+  ['on a read-only mount', onReadOnlyMount, canMountReadOnly],
+  ['as a user who cannot write the directory', asAnotherUser, process.platform === 'linux'],
+];
+
+describe.each(places)('the little command %s', (_where, run, can) => {
+  it.runIf(can)('reads a world closed cleanly, and one whose WAL holds commits', async () => {
+    const { dataDir } = await seeded();
+    for (const dir of [dataDir, crashed()]) {
+      for (const args of [['runs'], ['events', 'run_ro'], ['replay', 'run_ro'], ['verify']]) {
+        const r = run(dir, args);
+        expect(r.status, `${args.join(' ')}: ${r.stderr}`).toBe(0);
+      }
+      expect(run(dir, ['events', 'run_ro']).stdout.trim().split('\n').length).toBeGreaterThanOrEqual(2);
+    }
+  });
+
+  it.runIf(can)('says exactly why it cannot read a WAL that needs recovering, which takes writing', () => {
+    const dataDir = crashed();
+    rmSync(join(dataDir, 'events', 'events.db-shm'));
+    const r = run(dataDir, ['runs']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain('[WORLD_PATH]');
+    expect(r.stderr).toContain('write access');
+    expect(r.stderr).not.toContain('attempt to write a readonly database');
+    // Where it can be written, the same command recovers it, and then it reads from anywhere.
+    const here = spawnSync(process.execPath, [LITTLE, 'runs', '--data-dir', dataDir], { encoding: 'utf8' });
+    expect(here.status, here.stderr).toBe(0);
   });
 });

@@ -96,10 +96,24 @@ pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
             message: format!("no world at {}: {} does not exist", data_dir.display(), path.display()),
         });
     }
-    let mut reader = SqliteReader::new(path.clone(), Access::ReadOnly);
+    let access = read_only_access(&path);
+    let mut reader = SqliteReader::new(path.clone(), access);
     reader.identity = vec![OpenedFile::at(&path)?];
     let shown = path.display().to_string();
-    if reader.with_conn(|conn| schema::check(conn, &shown))? == 0 {
+    let version = reader.with_conn(|conn| schema::check(conn, &shown)).map_err(|e| match e {
+        // SQLite says only that it cannot write: the reason is that the WAL holds commits that
+        // must be recovered into the store's index (the -shm), which takes write access.
+        WorldError::Sqlite { source, .. } if access == Access::ReadOnly && cannot_write(&source) => WorldError::Path {
+            message: format!(
+                "{shown} cannot be read without write access to {}: its WAL holds commits that no process has open, and \
+                 reading them takes recovering them, which writes the -shm beside it. Open the world once where it can be \
+                 written (any little command there does), and it can be read from here",
+                path.parent().unwrap_or(&path).display()
+            ),
+        },
+        e => e,
+    })?;
+    if version == 0 {
         return Err(WorldError::Path {
             message: format!("{shown} holds no world yet: open it once for writing to create one"),
         });
@@ -145,11 +159,60 @@ fn enable_wal(conn: &Connection) -> Result<String> {
     }
 }
 
+/// Whether SQLite failed for want of write access (to recover a WAL, or to make its `-shm`).
+fn cannot_write(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
 /// Whether a connection may write (and create the database), or only read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Access {
     ReadWrite,
     ReadOnly,
+    /// Only read, from a store this process cannot write (a read-only mount, a directory of
+    /// another user) whose WAL is empty: the database file holds every commit, so it is opened
+    /// `immutable`, without the `-shm` SQLite would otherwise have to create there.
+    Immutable,
+}
+
+/// How a reader that may not write opens the store at `db`: where this process can write its
+/// directory, as any read-only connection; else, with an empty (or no) WAL, the database alone
+/// ([`Access::Immutable`]); else as a read-only connection too, which reads the WAL through a
+/// `-shm` that another process keeps, and fails where the WAL needs recovering first.
+fn read_only_access(db: &Path) -> Access {
+    use std::os::unix::ffi::OsStrExt;
+    let real = db.canonicalize().unwrap_or_else(|_| db.to_path_buf());
+    let writable = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            // SAFETY: access(2) reads the NUL-terminated path, which outlives the call.
+            .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+    };
+    if real.parent().is_some_and(writable) {
+        return Access::ReadOnly;
+    }
+    match std::fs::metadata(beside(&real, "-wal")) {
+        Ok(m) if m.len() > 0 => Access::ReadOnly,
+        _ => Access::Immutable,
+    }
+}
+
+/// A `file:` URI for `path` with `query`, each byte outside the unreserved set percent-encoded.
+fn file_uri(path: &Path, query: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push('?');
+    uri.push_str(query);
+    uri
 }
 
 fn connect(path: &Path, access: Access) -> Result<Connection> {
@@ -177,9 +240,12 @@ fn connect_as(path: &Path, access: Access, writer: bool) -> Result<Connection> {
     let flags = match access {
         Access::ReadWrite => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
         Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
+        Access::Immutable => OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let opened = if writer && super::wal_vfs::register() {
         Connection::open_with_flags_and_vfs(path, flags, super::wal_vfs::NAME)
+    } else if access == Access::Immutable {
+        Connection::open_with_flags(file_uri(path, "immutable=1"), flags)
     } else {
         Connection::open_with_flags(path, flags)
     };
@@ -1150,6 +1216,18 @@ impl SqliteReader {
                 "; close the world and open the data directory again",
             )?;
         }
+        if self.access == Access::Immutable
+            && std::fs::metadata(beside(&self.identity[0].path, "-wal")).is_ok_and(|m| m.len() > 0)
+        {
+            // Read as a file nothing changes, the store now has a writer: its pages may change
+            // under a read.
+            return Err(WorldError::Path {
+                message: format!(
+                    "{}: another process has begun writing the world since this read-only world opened it; open it again to read what it writes",
+                    self.path.display()
+                ),
+            });
+        }
         let pooled = self.pool.lock().expect("reader pool").idle.pop();
         let conn = match pooled {
             Some(c) => c,
@@ -1819,6 +1897,23 @@ mod tests {
                 .code(),
             "WORLD_PATH"
         );
+    }
+
+    #[test]
+    fn a_file_uri_escapes_what_a_uri_would_read_as_its_own() {
+        assert_eq!(
+            file_uri(Path::new("/a b/c?d#e%f/events.db"), "immutable=1"),
+            "file:/a%20b/c%3Fd%23e%25f/events.db?immutable=1"
+        );
+        // Opened as such, the store at an odd path reads.
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("odd ?#% name");
+        let (mut writer, _) = open(&dir, Durability::Normal).unwrap();
+        commit_rows(&mut writer, "run_u", 0, 2);
+        drop(writer);
+        let db = dir.join("events/events.db");
+        let conn = connect(&db, Access::Immutable).unwrap();
+        assert_eq!(last_sequence(&conn, "run_u").unwrap(), 2);
     }
 
     #[test]
