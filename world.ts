@@ -1021,7 +1021,10 @@ export type MaterializedRunState = {
   readonly outputRef?: string;
   /** Run-wide tokens and priced dollars. */
   readonly usage: UsageTotals;
-  /** The same, per `provider/modelId`. */
+  /**
+   * The same, per `provider/modelId`. The provider's own `%` and `/` are written `%25` and `%2F`,
+   * so the first `/` ends it and no two models share a key.
+   */
   readonly usageByModel: Readonly<Record<string, UsageTotals>>;
   readonly steps: Readonly<Record<string, MaterializedStepState>>;
   /** Every artifact reference in the run's payloads, in order of first appearance. */

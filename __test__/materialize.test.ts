@@ -177,6 +177,28 @@ describe.each(worldKindsWith({ pricing: fixture.pricing }))('materializeRunState
   });
 });
 
+describe('usage by model', () => {
+  it('keeps models apart whose provider and model id join to the same text', () => {
+    const call = (seq: number, provider: string, modelId: string) => ({
+      eventId: '', runId: 'run_keys', sequence: seq, type: 'harness.model.responded', recordedAt: '2026-06-01T00:00:00.000Z',
+      appendIdempotencyKey: `k${seq}`, canonicalRequestDigest: '',
+      payload: { turn: seq, callId: `c${seq}`, model: { provider, modelId }, response: { usage: { inputTokens: 1_000_000, outputTokens: 0 } } },
+    });
+    const pricing: PricingRegistry = { models: [{ provider: 'openrouter', modelId: 'meta/llama', inputPerMTok: 2, outputPerMTok: 2 }] };
+    const world = track(virtualWorld({ pricing }));
+    return (async () => {
+      for (const [i, [provider, modelId]] of [['openrouter', 'meta/llama'], ['openrouter/meta', 'llama'], ['open%2Frouter', 'x']].entries()) {
+        await appendEvent(world, 'run_keys', { type: 'harness.model.responded', appendIdempotencyKey: `k${i}`, payload: call(i + 1, provider!, modelId!).payload });
+      }
+      const state = await materializeRunState(world, 'run_keys');
+      expect(Object.keys(state.usageByModel).sort()).toEqual(['open%252Frouter/x', 'openrouter%2Fmeta/llama', 'openrouter/meta/llama']);
+      expect(state.usageByModel['openrouter/meta/llama']!.costUsd).toBe(2);
+      expect(state.usageByModel['openrouter%2Fmeta/llama']!.costUsd).toBeNull();
+      expect(state.usageByModel['openrouter%2Fmeta/llama']!.unpricedCalls).toBe(1);
+    })();
+  });
+});
+
 describe('pricing', () => {
   it('bundles a dated registry with a source page for every entry, covering four providers', () => {
     const reg = bundledPricing();

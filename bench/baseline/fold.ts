@@ -217,7 +217,7 @@ export function foldRun(
         const cached = BigInt(Math.min(t.cached, t.input));
         const cost = r ? (BigInt(t.input) - cached) * r.input + cached * (r.cacheRead ?? r.input) + BigInt(t.output) * r.output : null;
         addCall(usage, t, cost);
-        const key = `${p.model.provider}/${p.model.modelId}`;
+        const key = `${p.model.provider.replaceAll('%', '%25').replaceAll('/', '%2F')}/${p.model.modelId}`;
         if (!byModel.has(key)) byModel.set(key, newUsage());
         addCall(byModel.get(key)!, t, cost);
         if (typeof p.stepPath === 'string') {

@@ -529,7 +529,7 @@ impl<'p> Fold<'p> {
             .map(|r| r.cost(tokens.input, tokens.cached, tokens.output));
         self.usage.add_call(&tokens, cost);
         self.by_model
-            .entry(format!("{}/{}", model.provider, model.model_id))
+            .entry(model_key(&model.provider, &model.model_id))
             .or_default()
             .add_call(&tokens, cost);
         if let Some(path) = f.step_path.as_deref() {
@@ -753,6 +753,24 @@ impl Batch {
         }
         Ok(())
     }
+}
+
+/// The key of a model in `usageByModel`: `provider/modelId`, with each `%` and `/` of the
+/// provider written `%25` and `%2F`, so that the first `/` always ends the provider and two
+/// models never share a key (`openrouter` + `meta/llama` is `openrouter/meta/llama`,
+/// `openrouter/meta` + `llama` is `openrouter%2Fmeta/llama`).
+pub fn model_key(provider: &str, model_id: &str) -> String {
+    let mut key = String::with_capacity(provider.len() + model_id.len() + 1);
+    for c in provider.chars() {
+        match c {
+            '%' => key.push_str("%25"),
+            '/' => key.push_str("%2F"),
+            c => key.push(c),
+        }
+    }
+    key.push('/');
+    key.push_str(model_id);
+    key
 }
 
 /// Fold a run straight from a store's rows. A long run is folded by two threads, since the
