@@ -72,8 +72,9 @@ fn nesting_depth(bytes: &[u8]) -> usize {
                 // Find the closing quote, stepping over escapes.
                 i += 1;
                 loop {
-                    match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
-                        None => return max, // unterminated: the parser will say so
+                    // Unterminated (also by an escape at the very end): the parser will say so.
+                    match memchr::memchr2(b'"', b'\\', bytes.get(i..).unwrap_or_default()) {
+                        None => return max,
                         Some(j) if bytes[i + j] == b'\\' => i += j + 2,
                         Some(j) => {
                             i += j + 1;
@@ -443,6 +444,13 @@ mod tests {
         assert!(parse(&s).is_ok());
         let escaped = format!("[\"\\\"{}\\\\\"]", "{".repeat(5000));
         assert!(parse(&escaped).is_ok(), "escaped quotes do not end a string");
+    }
+
+    #[test]
+    fn a_text_ending_in_an_escape_is_invalid_and_panics_nothing() {
+        for text in ["\"\\", "[\"a\\", "{\"\\"] {
+            assert!(matches!(parse(text), Err(ParseError::Invalid(_))), "{text}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Free functions: pure computations exposed synchronously.
 
-use super::throw;
+use super::{guarded, throw};
 use crate::core::error::WorldError;
 use crate::core::materialize::{self, pricing, pricing::Pricing};
 use crate::core::{canonical, events::shape, run_events};
@@ -10,13 +10,14 @@ use napi_derive::napi;
 /// RFC 8785 canonical JSON of a JSON text.
 #[napi(js_name = "canonicalizeJson")]
 pub fn canonicalize_json(env: Env, json: String) -> napi::Result<String> {
-    canonical::canonicalize_text(&json).map_err(|e| throw(&env, &WorldError::validation("value", e.to_string())))
+    guarded(|| canonical::canonicalize_text(&json).map_err(|e| WorldError::validation("value", e.to_string())))
+        .map_err(|e| throw(&env, &e))
 }
 
 /// Check a JSON array of envelopes: one run, dense sequences from 1, ids that match their content.
 #[napi(js_name = "validateEventLogShapeJson")]
 pub fn validate_event_log_shape_json(env: Env, events_json: String) -> napi::Result<()> {
-    shape::check_log_text(&events_json).map_err(|e| throw(&env, &e))
+    guarded(|| shape::check_log_text(&events_json)).map_err(|e| throw(&env, &e))
 }
 
 /// Fold a JSON array of one run's envelopes into its state (canonical JSON), pricing calls with
@@ -28,9 +29,11 @@ pub fn materialize_events_json(
     events_json: String,
     pricing_json: Option<String>,
 ) -> napi::Result<String> {
-    Pricing::with_override(pricing_json.as_deref())
-        .and_then(|p| materialize::fold_events_json(&run_id, &events_json, &p))
-        .map_err(|e| throw(&env, &e))
+    guarded(|| {
+        Pricing::with_override(pricing_json.as_deref())
+            .and_then(|p| materialize::fold_events_json(&run_id, &events_json, &p))
+    })
+    .map_err(|e| throw(&env, &e))
 }
 
 /// The bundled pricing registry's JSON text.
@@ -42,19 +45,23 @@ pub fn bundled_pricing_json() -> &'static str {
 /// The cost restore of seed 004 over a JSON array of run events.
 #[napi(js_name = "restoreRunCostsJson")]
 pub fn restore_run_costs_json(env: Env, events_json: String) -> napi::Result<String> {
-    parse_events(&events_json)
-        .and_then(|events| run_events::restore_costs(&events))
-        .map(|c| c.to_json().to_string())
-        .map_err(|e| throw(&env, &e))
+    guarded(|| {
+        parse_events(&events_json)
+            .and_then(|events| run_events::restore_costs(&events))
+            .map(|c| c.to_json().to_string())
+    })
+    .map_err(|e| throw(&env, &e))
 }
 
 /// The run-event fold of seed 004 over a JSON array of run events; the state as canonical JSON.
 #[napi(js_name = "foldRunEventsJson")]
 pub fn fold_run_events_json(env: Env, events_json: String) -> napi::Result<String> {
-    parse_events(&events_json)
-        .and_then(|events| run_events::fold(&events))
-        .map(|state| canonical::to_string(&state))
-        .map_err(|e| throw(&env, &e))
+    guarded(|| {
+        parse_events(&events_json)
+            .and_then(|events| run_events::fold(&events))
+            .map(|state| canonical::to_string(&state))
+    })
+    .map_err(|e| throw(&env, &e))
 }
 
 /// Whether a string looks like a credential that run events refuse (so that no message echoes it).

@@ -22,6 +22,13 @@ pub(crate) fn throw(env: &Env, e: &WorldError) -> napi::Error {
     napi::Error::from_status(Status::PendingException)
 }
 
+/// Run `f`, turning a panic into the core's error for it (an internal `RuntimeIntegrity`), so that
+/// no panic unwinds into Node, which would end the process.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, WorldError>) -> Result<T, WorldError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(crate::core::runtime::panic_error(p)))
+}
+
 /// A JavaScript value made by raw N-API calls, handed back as is.
 pub struct RawValue(sys::napi_value);
 

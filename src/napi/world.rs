@@ -2,7 +2,7 @@
 
 use super::completion::JsCompleter;
 use super::text::Text;
-use super::{throw, RawValue};
+use super::{guarded, throw, RawValue};
 use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
 use crate::core::events::AppendRequest;
@@ -67,14 +67,16 @@ impl NativeWorld {
         read_only: Option<bool>,
     ) -> napi::Result<Self> {
         let completer = Arc::new(JsCompleter::new(env.raw())?);
-        let opened = durability(&durability_name).and_then(|d| {
+        let opened = guarded(|| durability(&durability_name)).and_then(|d| {
             let pricing = Pricing::with_override(pricing_json.as_deref())?;
             let dir = Path::new(&data_dir);
-            if read_only == Some(true) {
-                World::open_local_read_only(dir, pricing, completer.clone())
-            } else {
-                World::open_local(dir, d, pricing, completer.clone())
-            }
+            guarded(|| {
+                if read_only == Some(true) {
+                    World::open_local_read_only(dir, pricing, completer.clone())
+                } else {
+                    World::open_local(dir, d, pricing, completer.clone())
+                }
+            })
         });
         match opened {
             Ok(world) => Ok(NativeWorld { world, completer }),
@@ -87,7 +89,7 @@ impl NativeWorld {
     pub fn open_virtual(env: Env, pricing_json: Option<String>) -> napi::Result<Self> {
         let pricing = Pricing::with_override(pricing_json.as_deref()).map_err(|e| throw(&env, &e))?;
         let completer = Arc::new(JsCompleter::new(env.raw())?);
-        let world = World::open_virtual(pricing, completer.clone()).map_err(|e| throw(&env, &e))?;
+        let world = guarded(|| World::open_virtual(pricing, completer.clone())).map_err(|e| throw(&env, &e))?;
         Ok(NativeWorld { world, completer })
     }
 
@@ -129,7 +131,7 @@ impl NativeWorld {
         if waiting {
             self.completer.arm(ticket);
         }
-        match f(ticket, waiting) {
+        match guarded(|| f(ticket, waiting)) {
             Err(e) => {
                 if waiting {
                     self.completer.wait_briefly(env.raw(), ticket, Duration::ZERO);
