@@ -175,8 +175,8 @@ function thrownName(err: unknown): string {
  * and Set, lone surrogates, cycles, and nesting deeper than 1,000 levels. An `undefined` object
  * field is omitted and `toJSON` is honoured, as `JSON.stringify` does. Anything thrown while
  * reading (a getter, a Proxy's trap, a revoked Proxy, a `toJSON`) is an `EventValidationError`
- * naming the path, such as `payload.a[3].b`, with what was thrown as its `cause`. Objects of the
- * copy have no prototype, so a `__proto__` key stays a key.
+ * naming the path, such as `payload.a[3].b`, with what was thrown as its `cause`. A `__proto__`
+ * key stays a key of the copy.
  */
 function snapshotOf(value: unknown, root: string, r: Reading = {}): unknown {
   return read(value, root, r).copy;
@@ -234,14 +234,16 @@ function read(value: unknown, root: string, r: Reading): { copy: unknown; long: 
       }
       copy = out;
     } else {
-      const out = Object.create(null) as Record<string, unknown>;
+      const out: Record<string, unknown> = {};
       const top = depth === 1 - (r.around ?? 0);
       for (const k of Object.keys(obj)) {
         segs.push(k);
         if (!k.isWellFormed()) fail('this key contains a lone surrogate, which JSON cannot carry exactly');
-        const field = walk((obj as Record<string, unknown>)[k], k, depth + 1, false);
-        if (field !== undefined) out[k] = field;
-        else if (top && k === r.undefinedAsNull) out[k] = null;
+        let field = walk((obj as Record<string, unknown>)[k], k, depth + 1, false);
+        if (field === undefined && top && k === r.undefinedAsNull) field = null;
+        // Assigned, `__proto__` would set the copy's prototype instead of adding the key.
+        if (field !== undefined && k === '__proto__') Object.defineProperty(out, k, { value: field, enumerable: true, writable: true, configurable: true });
+        else if (field !== undefined) out[k] = field;
         segs.pop();
       }
       copy = out;

@@ -7,9 +7,7 @@
 //! PostgreSQL backend would be a third.
 
 pub mod memory;
-pub mod schema;
 pub mod sqlite;
-mod wal_vfs;
 
 use crate::core::error::Result;
 
