@@ -28,7 +28,7 @@ pub use writer::SqliteWriter;
 use crate::core::error::{Result, WorldError};
 use checkpoint::Checkpointer;
 use connect::{cannot_write, connect_as, enable_wal, on, read_only_access, Access};
-use files::{beside, check_path_length, OpenedFile};
+use files::{beside, check_path_length, OpenedFile, StoreFiles};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::path::Path;
@@ -53,11 +53,11 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     // All three exist now (the connection has read the database in WAL mode); SQLite keeps the
     // -shm and the -wal beside the database's real path, the target of a symlinked database.
     let db = OpenedFile::at(&path)?;
-    let files = vec![
+    let files = std::sync::Arc::new(StoreFiles::new(vec![
         db.clone(),
         OpenedFile::at(&beside(&db.path, "-shm"))?,
         OpenedFile::at(&beside(&db.path, "-wal"))?,
-    ];
+    ]));
     let mut reader = SqliteReader::new(path.clone(), Access::ReadWrite);
     reader.identity = files.clone();
     Ok((
@@ -110,7 +110,7 @@ pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
     }
     let access = read_only_access(&path);
     let mut reader = SqliteReader::new(path.clone(), access);
-    reader.identity = vec![OpenedFile::at(&path)?];
+    reader.identity = std::sync::Arc::new(StoreFiles::new(vec![OpenedFile::at(&path)?]));
     let shown = path.display().to_string();
     let version = reader.with_conn(|conn| schema::check(conn, &shown)).map_err(|e| match e {
         // SQLite says only that it cannot write: the reason is that the WAL holds commits that

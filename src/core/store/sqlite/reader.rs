@@ -1,7 +1,7 @@
 //! The pool of read connections, and the reads a backend answers.
 
 use super::connect::{connect, on, Access};
-use super::files::{beside, OpenedFile};
+use super::files::{beside, StoreFiles};
 use super::last_sequence;
 use crate::core::error::{Result, WorldError};
 use crate::core::store::{Changes, KeyedEvent, LogReader, RowRef, StreamSummary};
@@ -26,7 +26,7 @@ pub struct SqliteReader {
     /// (the data directory deleted and made again, by another world perhaps). A pooled
     /// connection would go on reading the deleted store; a new one would read a store this world
     /// does not own, or a WAL that is not the one the wal-index describes.
-    pub(super) identity: Vec<OpenedFile>,
+    pub(super) identity: std::sync::Arc<StoreFiles>,
 }
 
 /// The reader's idle connections; none are kept once it is closed.
@@ -42,19 +42,17 @@ impl SqliteReader {
             path,
             access,
             pool: Mutex::new(Pool::default()),
-            identity: Vec::new(),
+            identity: std::sync::Arc::new(StoreFiles::new(Vec::new())),
         }
     }
 
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        for file in &self.identity {
-            file.check(
-                "reading the event store",
-                "; close the world and open the data directory again",
-            )?;
-        }
+        self.identity.check(
+            "reading the event store",
+            "; close the world and open the data directory again",
+        )?;
         if self.access == Access::Immutable
-            && std::fs::metadata(beside(&self.identity[0].path, "-wal")).is_ok_and(|m| m.len() > 0)
+            && std::fs::metadata(beside(&self.identity.files[0].path, "-wal")).is_ok_and(|m| m.len() > 0)
         {
             // Read as a file nothing changes, the store now has a writer: its pages may change
             // under a read.
@@ -284,6 +282,7 @@ impl LogReader for SqliteReader {
             std::mem::take(&mut pool.idle)
         };
         drop(idle);
+        self.identity.close();
     }
 }
 

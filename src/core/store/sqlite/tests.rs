@@ -615,3 +615,30 @@ fn a_store_whose_database_is_a_symlink_opens_and_writes() {
         assert!(started >= 3 << 20, "writeback was started for {started} bytes");
     }
 }
+
+#[test]
+fn the_store_files_see_the_wal_or_shm_deleted_or_replaced_through_their_watch() {
+    for (name, how) in [
+        ("events.db-wal", "delete"),
+        ("events.db-shm", "delete"),
+        ("events.db-wal", "replace"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, _reader) = open(dir.path(), Durability::Full).unwrap();
+        commit_rows(&mut writer, "run_f", 0, 1);
+        let files = writer.files.clone();
+        assert_eq!(files.changed(), None);
+        let path = dir.path().join("events").join(name);
+        match how {
+            "delete" => std::fs::remove_file(&path).unwrap(),
+            _ => {
+                std::fs::rename(&path, dir.path().join("aside")).unwrap();
+                std::fs::write(&path, b"").unwrap();
+            }
+        }
+        let want = if name.ends_with("wal") { WAL } else { 1 };
+        assert_eq!(files.changed(), Some(want), "{name} {how}");
+        // And it stays found.
+        assert_eq!(files.changed(), Some(want), "{name} {how}");
+    }
+}

@@ -2,7 +2,7 @@
 
 use super::checkpoint::{wal_index, Checkpointer, CHECKPOINT_INLINE_AT};
 use super::connect::{on, BUSY_TIMEOUT};
-use super::files::OpenedFile;
+use super::files::{OpenedFile, StoreFiles, WAL};
 use super::reader::find_by_key;
 use super::{exec, last_sequence, schema, terminal};
 use crate::core::error::{Result, WorldError};
@@ -22,16 +22,14 @@ pub struct SqliteWriter {
     /// `PRAGMA data_version` tells at the start of each transaction; otherwise it is cleared.
     pub(super) tails: HashMap<String, Tail>,
     pub(super) data_version: Option<i64>,
-    /// The database, its `-shm` and its `-wal` (see [`SqliteWriter::check_files`]).
-    pub(super) files: Vec<OpenedFile>,
+    /// The database, its `-shm` and its `-wal` (see [`SqliteWriter::check_files`]), shared with
+    /// the readers.
+    pub(super) files: std::sync::Arc<StoreFiles>,
     /// Set once a file of the store was found deleted or replaced, with the index in `files` of
     /// the first found: nothing is written any more.
     pub(super) damage: Option<(Damage, usize)>,
     pub(super) checkpointer: Option<Checkpointer>,
 }
-
-/// The index of the `-wal` in [`SqliteWriter::files`], after the database and its `-shm`.
-pub(super) const WAL: usize = 2;
 
 /// What the writer could make safe once a file of its store was deleted or replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,12 +62,15 @@ impl SqliteWriter {
     /// Refuse to write once the database, its `-shm` or its `-wal` has been deleted (or replaced)
     /// while open: a cleaner of old files, an `rm -rf` of the data directory. SQLite would carry
     /// on: commits would go to a file no path leads to any more, lost at close, and other
-    /// processes, creating the files anew, would hand out the same sequences. One `stat` of each.
-    /// Once this has failed it keeps failing: the writer is damaged (see [`Damage`]).
+    /// processes, creating the files anew, would hand out the same sequences (see
+    /// [`StoreFiles`] for how each is looked at). Checked at the start of each transaction,
+    /// under the write lock: a file deleted in the microseconds before its commit is found by
+    /// the next transaction, or the close, and the WAL then rescued (see [`Damage`]). Once this
+    /// has failed it keeps failing.
     pub(super) fn check_files(&mut self) -> Result<()> {
         let (damage, changed) = match self.damage {
             Some(d) => d,
-            None => match self.files.iter().position(|f| !f.is_unchanged()) {
+            None => match self.files.changed() {
                 None => return Ok(()),
                 Some(i) => (self.secure(i), i),
             },
@@ -81,13 +82,13 @@ impl SqliteWriter {
             ", so appends would be lost and other processes would not see them; close the world (and restore the \
              data directory) before appending"
         };
-        Err(self.files[changed].damaged("appending to the event store", consequence))
+        Err(self.files.files[changed].damaged("appending to the event store", consequence))
     }
 
     /// A file of the store, `self.files[changed]`, was deleted or replaced: stop writing, and
     /// where only the WAL was, checkpoint it into the database (see [`Damage::Rescued`]).
     pub(super) fn secure(&mut self, changed: usize) -> Damage {
-        let wal_only = changed == WAL && self.files[..WAL].iter().all(OpenedFile::is_unchanged);
+        let wal_only = changed == WAL && self.files.files[..WAL].iter().all(OpenedFile::is_unchanged);
         let rescued = wal_only && {
             let _ = self.exec("ROLLBACK", "rolling back");
             // Every frame of the WAL this connection reads is copied into the database, which is
@@ -244,13 +245,6 @@ impl SqliteWriter {
         }
         match self.exec("COMMIT", "committing appends") {
             Ok(()) => {
-                // A file deleted or replaced between the check above and the commit: the commit
-                // stands only where it was checkpointed into the database.
-                if let Err(e) = self.check_files() {
-                    if !matches!(self.damage, Some((Damage::Rescued, _))) {
-                        return Err(e);
-                    }
-                }
                 for (run, tail) in staged {
                     self.tails.insert(run, tail);
                 }
