@@ -51,8 +51,11 @@ export declare class NativeWorld {
   writeArtifact(runId: string, stepPath: string, name: string, contentType: string, encoding: string, text?: string | undefined | null, bytes?: Buffer | undefined | null): Promise<string>
   /** Read and verify an artifact; resolves with `[manifestJson, payload]`. */
   readArtifact(reference: string): Promise<[string, string | Buffer]>
-  /** Take a lock by name, waiting up to `waitMs`; resolves with `{"name","token"}` JSON. */
-  acquireLock(name: string, waitMs: number): Promise<string>
+  /**
+   * Take the lock of a run (`kind` `"run"`) or an outer loop (`"outer-loop"`) by its id,
+   * waiting up to `waitMs`; resolves with `{"name","token"}` JSON.
+   */
+  acquireLock(kind: string, id: string, waitMs: number): Promise<string>
   /** Let go of a lock; a token that does not own it is refused. */
   releaseLock(name: string, token: string): Promise<void>
   /** An outer-loop manifest's JSON, or `null`. */
@@ -97,8 +100,21 @@ export declare function bundledPricingJson(): string
 /** RFC 8785 canonical JSON of a JSON text. */
 export declare function canonicalizeJson(json: string): string
 
+/**
+ * Refuse an id that is not of `kind`: `run` (`run_` + 1-80 of `[A-Za-z0-9_-]`), `session`
+ * (`ses_` + the same), `stream` (either) or `outer-loop` (1-128 of `[A-Za-z0-9_-]`).
+ */
+export declare function checkId(kind: string, id: string): void
+
 /** The run-event fold of seed 004 over a JSON array of run events; the state as canonical JSON. */
 export declare function foldRunEventsJson(eventsJson: string): string
+
+/**
+ * The types each vocabulary knows, as JSON: `{"events": [...], "runEvents": [...],
+ * "sessionEvents": [...]}` (the event log's own types, and the run events a run or a session
+ * holds).
+ */
+export declare function knownEventTypesJson(): string
 
 /** Whether a string looks like a credential that run events refuse (so that no message echoes it). */
 export declare function looksLikeCredential(s: string): boolean

@@ -566,6 +566,46 @@ function pricingText(pricing: PricingRegistry | undefined): string | undefined {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Ids and vocabularies, as the core has them
+
+function idOf(kind: 'run' | 'session', id: unknown): boolean {
+  if (typeof id !== 'string') return false;
+  try {
+    native.checkId(kind, id);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Whether `id` is a run id: `run_` followed by 1–80 of `[A-Za-z0-9_-]`. */
+export function isRunId(id: unknown): id is string {
+  return idOf('run', id);
+}
+
+/** Whether `id` is a session id: `ses_` followed by 1–80 of `[A-Za-z0-9_-]`. */
+export function isSessionId(id: unknown): id is string {
+  return idOf('session', id);
+}
+
+/** The event types each vocabulary knows. */
+export type KnownEventTypes = {
+  /** The event log's own types (`RunStarted`, `harness.model.responded`, ...). */
+  readonly events: readonly string[];
+  /** The run events a run holds (`run:started`, `node:completed`, ...). */
+  readonly runEvents: readonly string[];
+  /** The run events a session holds (`session:*` and the types both carry). */
+  readonly sessionEvents: readonly string[];
+};
+
+let knownTypes: KnownEventTypes | undefined;
+
+/** The event types each vocabulary knows, as this build validates them. */
+export function knownEventTypes(): KnownEventTypes {
+  return (knownTypes ??= frozen<KnownEventTypes>(native.knownEventTypesJson()));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Event log
 
 /** One committed fact of a run. */
@@ -1088,9 +1128,9 @@ function waitOption(opts: { waitMs?: number } | undefined): number {
   return waitMs;
 }
 
-async function acquire(world: World, name: string, waitMs: number): Promise<RunLock> {
+async function acquire(world: World, kind: 'run' | 'outer-loop', id: string, waitMs: number): Promise<RunLock> {
   const handle = nativeOf(world);
-  const held = JSON.parse(await call(() => handle.acquireLock(name, waitMs))) as { name: string; token: string };
+  const held = JSON.parse(await call(() => handle.acquireLock(kind, id, waitMs))) as { name: string; token: string };
   // Releasing twice is a no-op: the second call gets the first's promise, so it cannot be refused
   // because another owner took the lock in between. A release that failed may be tried again.
   let releasing: Promise<void> | undefined;
@@ -1113,19 +1153,14 @@ async function acquire(world: World, name: string, waitMs: number): Promise<RunL
 export async function acquireRunLock(world: World, runId: string, opts?: { waitMs?: number }): Promise<RunLock> {
   nativeOf(world);
   checkRunIdType(runId);
-  if (!/^run_[A-Za-z0-9_-]{1,80}$/.test(runId)) {
-    throw new WorldPathError('WORLD_PATH', `invalid run id ${JSON.stringify(runId.slice(0, 100))}: expected run_ followed by 1-80 of [A-Za-z0-9_-]`, { path: 'runId' });
-  }
-  return acquire(world, `run:${runId}`, waitOption(opts));
+  return acquire(world, 'run', runId, waitOption(opts));
 }
 
 /** Serialize callers sharing an outer loop, as {@link acquireRunLock} does for a run. */
 export async function acquireOuterLoopLock(world: World, outerLoopId: string, opts?: { waitMs?: number }): Promise<RunLock> {
   nativeOf(world);
-  if (typeof outerLoopId !== 'string' || !/^[A-Za-z0-9_-]{1,128}$/.test(outerLoopId)) {
-    throw new WorldPathError('WORLD_PATH', 'outerLoopId must be 1-128 of [A-Za-z0-9_-]', { path: 'outerLoopId' });
-  }
-  return acquire(world, `outer-loop:${outerLoopId}`, waitOption(opts));
+  checkRunIdType(outerLoopId, 'outerLoopId');
+  return acquire(world, 'outer-loop', outerLoopId, waitOption(opts));
 }
 
 /** The cycle-level durability record of an outer loop (seed 001). */

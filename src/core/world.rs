@@ -609,10 +609,22 @@ impl World {
         })
     }
 
-    /// Take a lock, waiting up to `wait`; completes with `{name, token}`. Runs on a thread of its
-    /// own, since it may sleep while it waits.
-    pub fn acquire_lock(&self, ticket: Ticket, name: String, wait: std::time::Duration) -> Result<()> {
+    /// Take the lock of a run (`kind` `run`) or an outer loop (`outer-loop`) by its id, waiting up
+    /// to `wait`; completes with `{name, token}`. Runs on a thread of its own, since it may sleep
+    /// while it waits.
+    pub fn acquire_lock(&self, ticket: Ticket, kind: &str, id: &str, wait: std::time::Duration) -> Result<()> {
         self.ensure_open()?;
+        let name = match kind {
+            "run" => ids::check_run_id(id).map(|()| crate::core::locks::run_lock_name(id))?,
+            "outer-loop" => crate::core::outer_loop::check_outer_loop_id(id)
+                .map(|()| crate::core::locks::outer_loop_lock_name(id))?,
+            other => {
+                return Err(WorldError::validation(
+                    "kind",
+                    format!("is not a kind of lock: {other}"),
+                ))
+            }
+        };
         self.ensure_writable("taking a lock")?;
         let locks = self.inner.locks.clone();
         let completer = self.inner.completer.clone();

@@ -3,7 +3,7 @@
 use super::{guarded, throw};
 use crate::core::error::WorldError;
 use crate::core::materialize::{self, pricing, pricing::Pricing};
-use crate::core::{canonical, events::shape, run_events};
+use crate::core::{canonical, events::shape, ids, run_events};
 use napi::Env;
 use napi_derive::napi;
 
@@ -62,6 +62,33 @@ pub fn fold_run_events_json(env: Env, events_json: String) -> napi::Result<Strin
             .map(|state| canonical::to_string(&state))
     })
     .map_err(|e| throw(&env, &e))
+}
+
+/// Refuse an id that is not of `kind`: `run` (`run_` + 1-80 of `[A-Za-z0-9_-]`), `session`
+/// (`ses_` + the same), `stream` (either) or `outer-loop` (1-128 of `[A-Za-z0-9_-]`).
+#[napi(js_name = "checkId")]
+pub fn check_id(env: Env, kind: String, id: String) -> napi::Result<()> {
+    guarded(|| match kind.as_str() {
+        "run" => ids::check_run_id(&id),
+        "session" => ids::check_session_id(&id),
+        "stream" => ids::check_stream_id(&id),
+        "outer-loop" => crate::core::outer_loop::check_outer_loop_id(&id),
+        other => Err(WorldError::validation("kind", format!("is not a kind of id: {other}"))),
+    })
+    .map_err(|e| throw(&env, &e))
+}
+
+/// The types each vocabulary knows, as JSON: `{"events": [...], "runEvents": [...],
+/// "sessionEvents": [...]}` (the event log's own types, and the run events a run or a session
+/// holds).
+#[napi(js_name = "knownEventTypesJson")]
+pub fn known_event_types_json() -> String {
+    serde_json::json!({
+        "events": crate::core::events::known::known_types(),
+        "runEvents": run_events::known_types(run_events::Stream::Run),
+        "sessionEvents": run_events::known_types(run_events::Stream::Session),
+    })
+    .to_string()
 }
 
 /// Whether a string looks like a credential that run events refuse (so that no message echoes it).

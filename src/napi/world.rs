@@ -262,12 +262,13 @@ impl NativeWorld {
         self.submit(&env, |t| self.world.read_artifact(t, &reference))
     }
 
-    /// Take a lock by name, waiting up to `waitMs`; resolves with `{"name","token"}` JSON.
+    /// Take the lock of a run (`kind` `"run"`) or an outer loop (`"outer-loop"`) by its id,
+    /// waiting up to `waitMs`; resolves with `{"name","token"}` JSON.
     #[napi(ts_return_type = "Promise<string>")]
-    pub fn acquire_lock(&self, env: Env, name: String, wait_ms: f64) -> napi::Result<RawValue> {
+    pub fn acquire_lock(&self, env: Env, kind: String, id: String, wait_ms: f64) -> napi::Result<RawValue> {
         self.submit(&env, |t| {
             let wait = count_arg("waitMs", Some(wait_ms))?.unwrap_or(0);
-            self.world.acquire_lock(t, name, Duration::from_millis(wait))
+            self.world.acquire_lock(t, &kind, &id, Duration::from_millis(wait))
         })
     }
 

@@ -347,6 +347,11 @@ fn shape(event_type: &str) -> Option<&'static Shape> {
     SHAPES.iter().find(|(name, _)| *name == event_type).map(|(_, s)| s)
 }
 
+/// Every known type of the event log's own vocabulary, in the order of its table.
+pub fn known_types() -> Vec<&'static str> {
+    SHAPES.iter().map(|(name, _)| *name).collect()
+}
+
 /// Whether `event_type` is one of the known types of seed `000_*`.
 pub fn is_known(event_type: &str) -> bool {
     shape(event_type).is_some()

@@ -61,6 +61,18 @@ pub fn is_session_type(t: &str) -> bool {
     shape(t).is_some_and(|s| s.carried != Carried::Run)
 }
 
+/// Every type a stream of `stream` holds, in the order of the vocabulary's table.
+pub fn known_types(stream: Stream) -> Vec<&'static str> {
+    shapes::SHAPES
+        .iter()
+        .filter(|(_, s)| match stream {
+            Stream::Run => s.carried != Carried::Session,
+            Stream::Session => s.carried != Carried::Run,
+        })
+        .map(|(t, _)| *t)
+        .collect()
+}
+
 /// Whether `t` is any type of either union (for the tolerant/strict read split).
 pub fn is_known_type(t: &str) -> bool {
     shape(t).is_some()

@@ -217,13 +217,11 @@ fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
         } else {
             World::open_virtual(Pricing::default(), c).unwrap()
         };
-        world.acquire_lock(1, "run:run_c".into(), Duration::ZERO).unwrap();
+        world.acquire_lock(1, "run", "run_c", Duration::ZERO).unwrap();
         let held = json_of(wait_all(&rx, 1).pop().unwrap().1);
         let token = held["token"].as_str().unwrap().to_string();
         // A taker waiting for a lock the world holds itself.
-        world
-            .acquire_lock(2, "run:run_c".into(), Duration::from_secs(10))
-            .unwrap();
+        world.acquire_lock(2, "run", "run_c", Duration::from_secs(10)).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         let started = std::time::Instant::now();
         world.close(3).unwrap();
@@ -238,7 +236,7 @@ fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
         assert!(matches!(wait_all(&rx, 1).pop().unwrap().1, Ok(Output::Unit)));
         assert_eq!(
             world
-                .acquire_lock(5, "run:run_c".into(), Duration::ZERO)
+                .acquire_lock(5, "run", "run_c", Duration::ZERO)
                 .unwrap_err()
                 .code(),
             "WORLD_CLOSED"
@@ -247,12 +245,12 @@ fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
             // Free for another world at once.
             let (c2, rx2) = channel();
             let other = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c2).unwrap();
-            other.acquire_lock(6, "run:run_c".into(), Duration::ZERO).unwrap();
+            other.acquire_lock(6, "run", "run_c", Duration::ZERO).unwrap();
             assert_ne!(json_of(wait_all(&rx2, 1).pop().unwrap().1)["token"], token.as_str());
             // The closed world's release is still a no-op, not a release of the new owner's lock.
             world.release_lock(7, "run:run_c".into(), token.clone()).unwrap();
             assert!(wait_all(&rx, 1).pop().unwrap().1.is_ok());
-            other.acquire_lock(8, "run:run_c".into(), Duration::ZERO).unwrap();
+            other.acquire_lock(8, "run", "run_c", Duration::ZERO).unwrap();
             let still_held = wait_all(&rx2, 1).pop().unwrap().1;
             assert_eq!(still_held.unwrap_err().code(), "RUN_LOCKED");
         }
@@ -266,7 +264,7 @@ fn close_lets_go_of_a_lock_only_after_the_appends_queued_under_it_have_committed
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
     let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
-    world.acquire_lock(1, "run:run_f".into(), Duration::ZERO).unwrap();
+    world.acquire_lock(1, "run", "run_f", Duration::ZERO).unwrap();
     wait_all(&rx, 1);
     let n = 20_000;
     for i in 0..n {
@@ -309,7 +307,7 @@ fn a_read_only_world_reads_what_others_commit_and_refuses_writes() {
         "{refused:?}"
     );
     assert!(matches!(
-        reader.acquire_lock(4, "run_r".into(), std::time::Duration::ZERO),
+        reader.acquire_lock(4, "run", "run_r", std::time::Duration::ZERO),
         Err(WorldError::Path { .. })
     ));
     assert!(matches!(
@@ -502,11 +500,11 @@ fn at_the_thread_limit_opening_a_world_fails_with_world_io_and_works_once_thread
     assert_eq!(json_of(wait_all(&rx, 1).pop().unwrap().1)["sequence"], 1);
     fail_thread_starts(0, 1);
     let err = world
-        .acquire_lock(2, "run:run_t".into(), std::time::Duration::ZERO)
+        .acquire_lock(2, "run", "run_t", std::time::Duration::ZERO)
         .unwrap_err();
     assert_eq!(err.code(), "WORLD_IO", "{err}");
     world
-        .acquire_lock(3, "run:run_t".into(), std::time::Duration::ZERO)
+        .acquire_lock(3, "run", "run_t", std::time::Duration::ZERO)
         .unwrap();
     let lock = json_of(wait_all(&rx, 1).pop().unwrap().1);
     assert_eq!(lock["name"], "run:run_t");
