@@ -7,6 +7,7 @@ pub mod artifacts;
 pub mod bytes;
 pub mod canonical;
 pub mod clock;
+pub mod durable;
 pub mod error;
 pub mod events;
 pub mod files;

@@ -20,8 +20,8 @@
 //! the shape of seed 001 (`OuterLoopManifest` in `world.ts`) is refused with
 //! [`WorldError::Validation`]. Fields the shape does not name are allowed and kept.
 
-use crate::core::artifacts::{sync_dir, TmpFile};
 use crate::core::canonical;
+use crate::core::durable::{sync_dir, TmpFile};
 use crate::core::error::{Result, WorldError};
 use crate::core::events::known::is_count;
 use crate::core::files::{self, Unreadable};
@@ -58,13 +58,13 @@ impl OuterLoops {
     /// The manifests of the local world at `data_dir`.
     pub fn local(data_dir: &Path) -> Result<OuterLoops> {
         let dir = data_dir.join("outer-loops");
-        crate::core::artifacts::create_dir_synced(&dir, "the outer-loops directory")?;
+        crate::core::durable::create_dir_synced(&dir, "the outer-loops directory")?;
         // Resolved, so every handle on this directory keys its write turns by the same paths.
         let dir = dir
             .canonicalize()
             .map_err(|e| WorldError::io("resolving the outer-loops directory", Some(dir.clone()), e))?;
         // A write cut short by a crash leaves its tmp file; its process is gone.
-        crate::core::artifacts::remove_stale_tmp(&dir);
+        crate::core::durable::remove_stale_tmp(&dir);
         Ok(OuterLoops::Local { dir })
     }
 
@@ -673,7 +673,7 @@ mod tests {
         let predecessor = file(&format!("ol_1.json.{me}.0-4-flock.tmp"));
         // Where an earlier version looks for the pid in a name, it finds this one's: it judges
         // these files by pid as it judges its own (it used to find none, and removed live ones).
-        let name = crate::core::artifacts::TmpFile::write_synced(&dir, "ol_9.json", b"{}").unwrap();
+        let name = crate::core::durable::TmpFile::write_synced(&dir, "ol_9.json", b"{}").unwrap();
         let name = name.path.file_name().unwrap().to_str().unwrap().to_string();
         let stem = name.strip_suffix(".tmp").unwrap();
         assert_eq!(stem.rsplit('.').nth(1), Some(me.to_string().as_str()), "{name}");

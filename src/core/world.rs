@@ -216,7 +216,7 @@ impl World {
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
         sqlite::check_data_dir_length(data_dir)?;
-        crate::core::artifacts::create_dir_synced(data_dir, "the data directory")?;
+        crate::core::durable::create_dir_synced(data_dir, "the data directory")?;
         let data_dir = data_dir
             .canonicalize()
             .map_err(|e| WorldError::io("resolving the data directory", Some(data_dir.to_path_buf()), e))?;
@@ -227,8 +227,10 @@ impl World {
         }
         let (writer, reader) = sqlite::open(&data_dir, durability)?;
         let stores = Stores {
-            artifacts: Arc::new(ArtifactStore::local(&data_dir)?),
-            locks: Locks::local(&data_dir)?,
+            artifacts: Arc::new(ArtifactStore::new(crate::core::artifacts::local::LocalArtifacts::open(
+                &data_dir,
+            )?)),
+            locks: Locks::new(crate::core::locks::local::LocalLocks::open(&data_dir)?),
             outer_loops: OuterLoops::local(&data_dir)?,
         };
         Self::start(
@@ -262,8 +264,10 @@ impl World {
         }
         let reader = sqlite::open_read_only(&data_dir)?;
         let stores = Stores {
-            artifacts: Arc::new(ArtifactStore::local_read_only(&data_dir)),
-            locks: Locks::local_read_only(&data_dir),
+            artifacts: Arc::new(ArtifactStore::new(
+                crate::core::artifacts::local::LocalArtifacts::read_only(&data_dir),
+            )),
+            locks: Locks::new(crate::core::locks::local::LocalLocks::read_only(&data_dir)),
             outer_loops: OuterLoops::local_read_only(&data_dir),
         };
         Self::start(
@@ -281,8 +285,10 @@ impl World {
     pub fn open_virtual(pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
         let log = MemoryLog::new();
         let stores = Stores {
-            artifacts: Arc::new(ArtifactStore::memory()),
-            locks: Locks::memory(),
+            artifacts: Arc::new(ArtifactStore::new(
+                crate::core::artifacts::memory::MemoryArtifacts::new(),
+            )),
+            locks: Locks::new(crate::core::locks::memory::MemoryLocks::new()),
             outer_loops: OuterLoops::memory(),
         };
         Self::start(

@@ -1,4 +1,7 @@
 use super::*;
+use crate::core::durable::create_dir_synced;
+use std::fs;
+use std::path::Path;
 use std::sync::Arc;
 
 fn meta(encoding: Encoding) -> NewArtifact {
@@ -18,7 +21,10 @@ fn bytes(b: &[u8]) -> Data {
 #[test]
 fn round_trips_and_is_content_addressed() {
     let dir = tempfile::tempdir().unwrap();
-    for store in [ArtifactStore::local(dir.path()).unwrap(), ArtifactStore::memory()] {
+    for store in [
+        ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap()),
+        ArtifactStore::new(memory::MemoryArtifacts::new()),
+    ] {
         let a = store.write(meta(Encoding::Bytes), bytes(b"hello")).unwrap();
         let b = store.write(meta(Encoding::Bytes), bytes(b"hello")).unwrap();
         assert_eq!(a, b, "a second write returns the stored manifest");
@@ -44,7 +50,7 @@ fn a_large_blob_reads_back_exactly_and_a_flipped_byte_anywhere_is_caught() {
     // Large enough to be read into mapped pages, by two threads taking turns.
     let data: Vec<u8> = (0..5 * 1024 * 1024 + 3).map(|i: u32| (i % 251) as u8).collect();
     let dir = tempfile::tempdir().unwrap();
-    let store = ArtifactStore::local(dir.path()).unwrap();
+    let store = ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap());
     let m = store.write(meta(Encoding::Bytes), bytes(&data)).unwrap();
     let (_, read) = store.read(&m.artifact_id).unwrap();
     assert!(read[..] == data[..]);
@@ -66,7 +72,7 @@ fn large_blobs_read_in_turn_come_back_exactly_in_reused_buffers() {
     // Three blobs of sizes that share a buffer size class, read in turn and let go of each time:
     // each read after the first takes over the pages of an earlier one, stale bytes and all.
     let dir = tempfile::tempdir().unwrap();
-    let store = ArtifactStore::local(dir.path()).unwrap();
+    let store = ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap());
     let blobs: Vec<(String, Vec<u8>)> = [(3 << 20) + 5, 3 << 20, (2 << 20) + 777]
         .into_iter()
         .enumerate()
@@ -90,7 +96,7 @@ fn large_blobs_read_in_turn_come_back_exactly_in_reused_buffers() {
 #[test]
 fn tampering_is_caught_on_read() {
     let dir = tempfile::tempdir().unwrap();
-    let store = ArtifactStore::local(dir.path()).unwrap();
+    let store = ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap());
     let m = store.write(meta(Encoding::Bytes), bytes(b"0123456789")).unwrap();
     let blob = dir.path().join(format!("artifacts/blobs/{}.bin", m.artifact_id));
     let manifest = dir.path().join(format!("artifacts/{}.json", m.artifact_id));
@@ -126,7 +132,7 @@ fn tampering_is_caught_on_read() {
 #[test]
 fn stale_temporary_files_are_removed_and_live_ones_kept() {
     let dir = tempfile::tempdir().unwrap();
-    ArtifactStore::local(dir.path()).unwrap();
+    ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap());
     let blobs = dir.path().join("artifacts/blobs");
     // pid 2^31-2 does not exist; our own pid does.
     fs::write(blobs.join("incoming.2147483646.0-1.tmp"), b"partial").unwrap();
@@ -137,7 +143,7 @@ fn stale_temporary_files_are_removed_and_live_ones_kept() {
     .unwrap();
     let mine = blobs.join(format!("incoming.{}.9-9.tmp", std::process::id()));
     fs::write(&mine, b"in progress").unwrap();
-    let store = ArtifactStore::local(dir.path()).unwrap();
+    let store = ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap());
     assert!(!blobs.join("incoming.2147483646.0-1.tmp").exists());
     assert!(!dir
         .path()
@@ -152,7 +158,7 @@ fn concurrent_writers_of_one_artifact_end_with_one_intact_artifact() {
     let dir = tempfile::tempdir().unwrap();
     let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let stores: Vec<Arc<ArtifactStore>> = (0..2)
-        .map(|_| Arc::new(ArtifactStore::local(dir.path()).unwrap()))
+        .map(|_| Arc::new(ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap())))
         .collect();
     let handles: Vec<_> = (0..8)
         .map(|i| {
@@ -178,7 +184,7 @@ fn concurrent_writers_of_one_artifact_end_with_one_intact_artifact() {
 
 #[test]
 fn bad_inputs_are_refused() {
-    let store = ArtifactStore::memory();
+    let store = ArtifactStore::new(memory::MemoryArtifacts::new());
     let mut m = meta(Encoding::Utf8);
     m.name = String::new();
     assert_eq!(
@@ -254,7 +260,7 @@ fn a_file_system_error_names_its_path() {
 #[test]
 fn what_is_no_file_where_a_blob_or_manifest_belongs_is_corrupt_and_a_write_repairs_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = ArtifactStore::local(dir.path()).unwrap();
+    let store = ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap());
     let mkfifo = |p: &Path| {
         let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
         // SAFETY: a valid C string naming a path in a temporary directory.
@@ -307,7 +313,7 @@ fn what_is_no_file_where_a_blob_or_manifest_belongs_is_corrupt_and_a_write_repai
 #[test]
 fn verify_reports_an_unreadable_artifact_and_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let store = ArtifactStore::local(dir.path()).unwrap();
+    let store = ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap());
     let blob = |m: &Manifest| dir.path().join(format!("artifacts/blobs/{}.bin", m.artifact_id));
     let a = store.write(meta(Encoding::Bytes), bytes(b"aaaa")).unwrap();
     let b = store.write(meta(Encoding::Bytes), bytes(b"bbbb")).unwrap();

@@ -273,7 +273,7 @@ fn close_lets_go_of_a_lock_only_after_the_appends_queued_under_it_have_committed
     world.close(2).unwrap();
     // Another taker of the fence (another process, as far as the lock knows) polls for it: when
     // it gets it, every append made under the lock must be in the log.
-    let other = Locks::local(dir.path()).unwrap();
+    let other = Locks::new(crate::core::locks::local::LocalLocks::open(dir.path()).unwrap());
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         match other.acquire("run:run_f", Duration::ZERO) {

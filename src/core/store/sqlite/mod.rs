@@ -47,7 +47,7 @@ pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, Sq
     let dir = data_dir.join("events");
     let path = dir.join("events.db");
     check_path_length(&path)?;
-    crate::core::artifacts::create_dir_synced(&dir, "the events directory")?;
+    crate::core::durable::create_dir_synced(&dir, "the events directory")?;
     let mut conn = connect_as(&path, Access::ReadWrite, true)?;
     let checkpointer = prepare_writer(&mut conn, &path, durability).map_err(|e| on(&conn, e))?;
     // All three exist now (the connection has read the database in WAL mode); SQLite keeps the
