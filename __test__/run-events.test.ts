@@ -1,5 +1,5 @@
-// The run-event contract of seed 004: strict writes, no secrets, tolerant and strict reads, the
-// cost restore and the fold, through world.ts on every kind of world.
+// The run-event contract: strict writes, no secrets, tolerant and strict reads, the cost restore
+// and the fold, through world.ts on every kind of world.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -120,7 +120,7 @@ describe.each(worldKinds)('run events on %s', (_name, makeWorld) => {
     expect(newer.sequence).toBe(2);
   });
 
-  it('restores costs by the seed rules, whatever the order of the rows', async () => {
+  it('restores costs from the largest durable total and the open estimates, whatever the order of the rows', async () => {
     const world = makeWorld();
     const runId = 'run_costs';
     const drafts: RunEventDraft[] = [
