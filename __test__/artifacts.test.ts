@@ -251,8 +251,8 @@ describe('artifact integrity on disk', () => {
     expect(deleted).toBeInstanceOf(RuntimeIntegrityError);
     expect(deleted.code).toBe('RUNTIME_INTEGRITY');
     expect(deleted.artifactId).toBe(m.artifactId);
-    expect(deleted.message).toContain(m.artifactId);
-    expect(deleted.message).toContain('is missing');
+    // The missing file is named: the blob, not the manifest.
+    expect(deleted.path).toBe(blob);
 
     // Writing the artifact again publishes the right bytes over the damage.
     await writeArtifact(world, { ...base, encoding: 'bytes', payload: Buffer.from('0123456789abcdef') });

@@ -1,5 +1,6 @@
 // Inputs a caller can get wrong in JavaScript's own ways, and what each one gets back: a typed
 // error that says what was wrong, and nothing stored.
+import { readdirSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import {
   acquireOuterLoopLock,
@@ -58,7 +59,9 @@ describe.each(worldKinds)('inputs on %s', (_name, makeWorld) => {
       structuredClone(payload.buffer, { transfer: [payload.buffer] });
       const err = await rejection(writeArtifact(world, { ...input, payload }));
       expect(err).toBeInstanceOf(EventValidationError);
-      expect(err.message).toContain('input.payload: is backed by a detached ArrayBuffer');
+      expect(err.code).toBe('EVENT_VALIDATION');
+      expect(err.path).toBe('input.payload');
+      expect(err.runId).toBe('run_a');
     }
     // An empty payload that was never transferred is an empty artifact.
     const m = await writeArtifact(world, { ...input, payload: new Uint8Array(0) });
@@ -82,15 +85,19 @@ describe.each(worldKinds)('inputs on %s', (_name, makeWorld) => {
 describe('localWorld options', () => {
   it('refuses a dataDir with a lone surrogate, which two different strings would share as a path', () => {
     const base = tempDir();
-    const err = thrown(() => localWorld({ dataDir: `${base}/w-\ud800` }));
+    const err = thrown(() => localWorld({ dataDir: `${base}/w-\ud800` })) as WorldError;
     expect(err).toBeInstanceOf(WorldPathError);
-    expect(err.message).toBe('dataDir contains a lone surrogate, which a path cannot carry exactly');
+    expect(err.code).toBe('WORLD_PATH');
+    expect(err.path).toBe('dataDir');
+    // Nothing was made at the path the string would have become.
+    expect(readdirSync(base)).toEqual([]);
   });
 
   it('refuses a durability that is not a string with a WorldError', () => {
-    const err = thrown(() => track(localWorld({ dataDir: tempDir(), durability: 5 as never })));
+    const err = thrown(() => track(localWorld({ dataDir: tempDir(), durability: 5 as never }))) as WorldError;
     expect(err).toBeInstanceOf(WorldError);
     expect(err).toBeInstanceOf(EventValidationError);
-    expect(err.message).toBe("durability: must be 'full' or 'normal'");
+    expect(err.code).toBe('EVENT_VALIDATION');
+    expect(err.path).toBe('durability');
   });
 });

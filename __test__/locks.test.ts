@@ -267,6 +267,7 @@ describe('outer-loop manifests on disk', () => {
       writeFileSync(file, text);
       const err = await rejection(readOuterLoopManifest(world, 'ol_a'));
       expect(err.code, text).toBe('RUNTIME_INTEGRITY');
+      // No field names the damaged file; the message does, which is the promise.
       expect(err.message, text).toContain('ol_a.json');
     }
   });

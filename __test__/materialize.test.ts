@@ -261,6 +261,14 @@ describe('pricing', () => {
       expect(state.usageByModel['acme/soon'].costUsd, 'not priced yet: null, never a guess').toBeNull();
     }
     const bad = { models: [{ provider: 'a', modelId: 'b', inputPerMTok: 1, outputPerMTok: 1, effectiveFrom: 'soon' }] };
-    expect(() => virtualWorld({ pricing: bad })).toThrow(/effectiveFrom/);
+    let err: unknown;
+    try {
+      track(virtualWorld({ pricing: bad }));
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(EventValidationError);
+    expect((err as EventValidationError).code).toBe('EVENT_VALIDATION');
+    expect((err as EventValidationError).path).toBe('pricing.models[0].effectiveFrom');
   });
 });
