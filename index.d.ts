@@ -21,7 +21,7 @@ export declare class NativeWorld {
   static openLocal(dataDir: string, durabilityName: string, pricingJson?: string | undefined | null, readOnly?: boolean | undefined | null): NativeWorld
   /** Open a fresh in-memory world. */
   static openVirtual(pricingJson?: string | undefined | null): NativeWorld
-  /** `"local"` or `"virtual"`. */
+  /** `"local"`, `"virtual"`, or the kind of another backend. */
   get kind(): string
   /** The resolved data directory of a local world. */
   get dataDir(): string | null

@@ -93,10 +93,10 @@ impl NativeWorld {
         Ok(NativeWorld { world, completer })
     }
 
-    /// `"local"` or `"virtual"`.
+    /// `"local"`, `"virtual"`, or the kind of another backend.
     #[napi(getter)]
     pub fn kind(&self) -> &'static str {
-        self.world.kind().as_str()
+        self.world.kind()
     }
 
     /// The resolved data directory of a local world.

@@ -1,4 +1,9 @@
+use super::threads::BACKLOG_MAX;
 use super::*;
+use crate::core::events;
+use crate::core::events::AppendRequest;
+use crate::core::store::sqlite::Durability;
+use crossbeam_channel::Sender;
 use crossbeam_channel::{unbounded, Receiver};
 use serde_json::Value;
 use std::time::Duration;

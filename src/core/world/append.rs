@@ -1,0 +1,164 @@
+//! Where an append goes: prepared on the caller's thread or the prep thread, committed by the
+//! writer thread or, for one its caller awaits alone, on the caller's thread.
+
+use super::threads::AfterClose;
+use super::World;
+use crate::core::clock;
+use crate::core::error::{Result, WorldError};
+use crate::core::events::{self, AppendRequest, PreparedAppend};
+use crate::core::ids;
+use crate::core::runtime::{panic_error, Output, Ticket};
+use crossbeam_channel::Sender;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Payloads up to this size (as JSON text) are prepared on the caller's thread when nothing is in
+/// flight: a few microseconds of work that would otherwise cost a thread hop. Larger ones (and
+/// everything queued behind them) go through the prep thread, so call order is kept and large
+/// payloads never occupy the caller.
+pub const INLINE_PREP_MAX: usize = 16 * 1024;
+
+/// Payloads up to this size (as JSON text) are prepared on the caller's thread while other
+/// appends are in flight too, when the prep thread has nothing queued. With 64 runs appending at
+/// once, each awaiting its last append (the bench's (b), 277-byte payloads), the prep thread spent
+/// three times its CPU waiting for a core, in the middle of each append's round trip; prepared on
+/// the caller's thread, such appends went 17-23% faster. Past about 500 bytes the preparing costs
+/// the caller's thread more than the hop saves (64 runs at once, in A/B runs: 337 bytes +4%,
+/// 437 bytes +2%, about 640 bytes -4%, 2 KiB -9%, 8 KiB -12%).
+pub const INLINE_UNDER_LOAD_MAX: usize = 512;
+
+/// Where appends go: the prep thread, or straight to the writer once prepared.
+pub(super) struct Submit {
+    pub(super) prep: Sender<PrepMsg>,
+    pub(super) write: Sender<WriteMsg>,
+    /// Appends sent to the prep thread and not yet passed on by it.
+    pub(super) prep_pending: Arc<AtomicUsize>,
+    /// Appends submitted and not yet settled (by the writer, or by the prep thread's refusal).
+    pub(super) unsettled: Arc<AtomicUsize>,
+}
+
+impl Submit {
+    /// Send an append to the prep thread, counted as unsettled and as pending there until it
+    /// is passed on or answered.
+    fn to_prep(&self, msg: PrepMsg) -> Result<()> {
+        self.unsettled.fetch_add(1, Ordering::AcqRel);
+        self.prep_pending.fetch_add(1, Ordering::AcqRel);
+        if self.prep.send(msg).is_err() {
+            self.prep_pending.fetch_sub(1, Ordering::AcqRel);
+            self.unsettled.fetch_sub(1, Ordering::AcqRel);
+            return Err(WorldError::Closed);
+        }
+        Ok(())
+    }
+}
+
+pub(super) enum PrepMsg {
+    Append(Ticket, AppendRequest),
+    /// An append prepared on the caller's thread with a refusal, to be answered in call order
+    /// (see [`events::answer_refused`]), and so before a close sent after it.
+    Refused(Ticket, Box<PreparedAppend>),
+    Close(Ticket, AfterClose),
+}
+
+// Appends move through the channel by value; boxing each would cost an allocation per append to
+// save channel slots that are few and short-lived.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum WriteMsg {
+    /// An append, and the bytes the prep thread counted into the [`Backlog`] for it (0 from the
+    /// caller's thread).
+    Append(Ticket, PreparedAppend, usize),
+    Close(Ticket, AfterClose),
+}
+
+impl World {
+    /// Queue an append. Errors that need no I/O (a closed world, a malformed run id) return at
+    /// once; everything else arrives through the completer under `ticket` with the envelope's
+    /// canonical JSON.
+    pub fn append(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
+        self.append_with(ticket, req, false)
+    }
+
+    /// As [`World::append`], for a caller that waits for this append on its own thread. With
+    /// nothing in flight and the writer idle, the append is committed right here when the store
+    /// can commit it without waiting for a lock or a disk (at durability `normal`: see
+    /// [`LogWriter::transaction_now`]), and completed before this returns: the caller would
+    /// otherwise spend the same time waiting for the writer's thread, plus two thread hand-offs.
+    pub fn append_awaited(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
+        self.append_with(ticket, req, true)
+    }
+
+    fn append_with(&self, ticket: Ticket, req: AppendRequest, awaited: bool) -> Result<()> {
+        self.ensure_open()?;
+        self.ensure_writable("an append")?;
+        match req.draft {
+            Some(crate::core::run_events::Stream::Session) => ids::check_session_id(&req.run_id)?,
+            _ => ids::check_run_id(&req.run_id)?,
+        }
+        let guard = self.inner.submit.lock().expect("submit lock");
+        let Some(submit) = guard.as_ref() else {
+            return Err(WorldError::Closed);
+        };
+        // A small append is prepared here when nothing is in flight, or (a smaller one) when
+        // nothing is queued for the prep thread, and goes straight to the writer, after every
+        // append sent before it, so call order is kept. This saves a thread hop: on the one
+        // append a caller is waiting for, and under load (see `INLINE_UNDER_LOAD_MAX`). Larger
+        // payloads, and everything sent after one until the prep thread has passed it on, are
+        // prepared there, beside the caller. Only an append with nothing unsettled before it may
+        // be committed here.
+        let size = req.payload_json.len() + req.strings.iter().map(String::len).sum::<usize>();
+        let idle = submit.unsettled.load(Ordering::Acquire) == 0;
+        if size <= INLINE_PREP_MAX
+            && (idle || (size <= INLINE_UNDER_LOAD_MAX && submit.prep_pending.load(Ordering::Acquire) == 0))
+        {
+            let prepared = events::prepare(req, &*self.inner.artifacts)?;
+            if prepared.refused.is_some() {
+                // Answered by the prep thread with a read of its key, and never by the writer.
+                return submit.to_prep(PrepMsg::Refused(ticket, Box::new(prepared)));
+            }
+            let prepared = if awaited && idle {
+                self.commit_now(ticket, prepared)
+            } else {
+                Some(prepared)
+            };
+            let Some(prepared) = prepared else {
+                return Ok(());
+            };
+            submit.unsettled.fetch_add(1, Ordering::AcqRel);
+            if submit.write.send(WriteMsg::Append(ticket, prepared, 0)).is_err() {
+                submit.unsettled.fetch_sub(1, Ordering::AcqRel);
+                return Err(WorldError::Closed);
+            }
+            return Ok(());
+        }
+        submit.to_prep(PrepMsg::Append(ticket, req))
+    }
+
+    /// Commit `prepared` on this thread and complete it, if the writer is idle and the store can
+    /// (see [`events::commit_now`]); otherwise hand it back. Called with the submit lock held and
+    /// nothing unsettled, so every earlier append has committed and none can start meanwhile.
+    fn commit_now(&self, ticket: Ticket, mut prepared: PreparedAppend) -> Option<PreparedAppend> {
+        if prepared.spill.is_some() {
+            return Some(prepared); // It writes an artifact file first.
+        }
+        // Held by the writer's thread from a group's start to its end, and after close.
+        let Ok(mut lent) = self.inner.writer.try_lock() else {
+            return Some(prepared);
+        };
+        let Some(writer) = lent.as_mut() else {
+            return Some(prepared);
+        };
+        let recorded_at = clock::now_iso();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            events::commit_now(&mut **writer, &*self.inner.artifacts, &mut prepared, &recorded_at)
+        }))
+        .unwrap_or_else(|p| Some(Err(panic_error(p))));
+        drop(lent);
+        match outcome {
+            Some(outcome) => {
+                self.inner.completer.complete(vec![(ticket, outcome.map(Output::Json))]);
+                None
+            }
+            None => Some(prepared),
+        }
+    }
+}

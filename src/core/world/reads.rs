@@ -1,0 +1,91 @@
+//! A world's reads of its event store: listings, what changed, run events, folds, and verify.
+
+use super::World;
+use crate::core::bytes::Bytes;
+use crate::core::error::Result;
+use crate::core::events;
+use crate::core::ids;
+use crate::core::materialize;
+use crate::core::runtime::{Output, Ticket};
+
+impl World {
+    /// Committed envelopes of `run_id` after `after` (at most `limit`, and with `max_units` about
+    /// that many UTF-16 code units of text: see [`events::packed::list_packed_within`]), packed
+    /// for JavaScript: completes with `[text, table, text, table, ...]`, one pair per part (see
+    /// [`events::packed`]).
+    pub fn list_packed(
+        &self,
+        ticket: Ticket,
+        run_id: String,
+        after: u64,
+        limit: Option<u64>,
+        max_units: Option<usize>,
+    ) -> Result<()> {
+        self.ensure_open()?;
+        ids::check_stream_id(&run_id)?;
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            let parts = match max_units {
+                Some(max) => events::packed::list_packed_within(&*reader, &run_id, after, limit, max)?,
+                None => events::packed::list_packed_parallel(&*reader, &run_id, after, limit)?,
+            };
+            Ok(Output::List(
+                parts
+                    .into_iter()
+                    .flat_map(|p| {
+                        let table: Vec<u8> = p.table.iter().flat_map(|f| f.to_le_bytes()).collect();
+                        [Output::Json(p.text), Output::Bytes(Bytes::Owned(table))]
+                    })
+                    .collect(),
+            ))
+        })
+    }
+
+    /// What was committed since `since` (see [`crate::core::store::LogReader::changes`]), as JSON:
+    /// `{"mark":…,"streams":[…] or null}`.
+    pub fn changes(&self, ticket: Ticket, since: Option<i64>) -> Result<()> {
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            let changes = reader.changes(since)?;
+            Ok(Output::Json(
+                serde_json::to_string(&changes).expect("changes serialize"),
+            ))
+        })
+    }
+
+    /// A stream's events as run (or session) events, as a JSON array; with `strict` (the replay
+    /// read) refuses when a row would be dropped.
+    pub fn run_events(&self, ticket: Ticket, stream_id: String, strict: bool) -> Result<()> {
+        ids::check_stream_id(&stream_id)?;
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            crate::core::run_events::stored::read_log(&*reader, &stream_id, strict).map(Output::Json)
+        })
+    }
+
+    /// Fold a run's stored events into its state; completes with the state's canonical JSON.
+    pub fn materialize(&self, ticket: Ticket, run_id: String) -> Result<()> {
+        ids::check_stream_id(&run_id)?;
+        let reader = self.inner.reader.clone();
+        let pricing = self.inner.pricing.clone();
+        self.run(ticket, move || {
+            materialize::fold_stored(&*reader, &run_id, &pricing).map(Output::Json)
+        })
+    }
+
+    /// Re-check one run (or everything), the store's own check `thorough` or fast; completes
+    /// with the report's JSON.
+    pub fn verify(&self, ticket: Ticket, run_id: Option<String>, thorough: bool) -> Result<()> {
+        if let Some(r) = &run_id {
+            ids::check_stream_id(r)?;
+        }
+        let reader = self.inner.reader.clone();
+        let artifacts = self.inner.artifacts.clone();
+        self.run(ticket, move || {
+            let report = crate::core::verify::verify(&*reader, &artifacts, run_id.as_deref(), thorough)?;
+            Ok(Output::Json(
+                serde_json::to_string(&report).expect("a report serializes"),
+            ))
+        })
+    }
+}

@@ -1,0 +1,93 @@
+//! A world's artifacts, locks and outer-loop manifests.
+
+use super::{spawn, World};
+use crate::core::artifacts::{Data, Encoding, NewArtifact};
+use crate::core::error::{Result, WorldError};
+use crate::core::ids;
+use crate::core::runtime::{Output, Pool, Ticket};
+
+impl World {
+    /// Publish an artifact; completes with its manifest's JSON.
+    pub fn write_artifact(&self, ticket: Ticket, meta: NewArtifact, data: Data) -> Result<()> {
+        self.ensure_open()?;
+        self.ensure_writable("writing an artifact")?;
+        let store = self.inner.artifacts.clone();
+        self.run(ticket, move || {
+            store.write(meta, data).map(|m| Output::Json(m.to_json()))
+        })
+    }
+
+    /// Read and verify an artifact; completes with `[manifest JSON, payload]`, the payload as text
+    /// for `json` and `utf8`, as bytes for `bytes`.
+    pub fn read_artifact(&self, ticket: Ticket, reference: &str) -> Result<()> {
+        let id = crate::core::artifacts::parse_ref(reference)?.to_string();
+        let store = self.inner.artifacts.clone();
+        self.run(ticket, move || {
+            let (manifest, bytes) = store.read(&id)?;
+            let payload = match manifest.encoding {
+                Encoding::Bytes => Output::Bytes(bytes),
+                Encoding::Json | Encoding::Utf8 => Output::Json(String::from_utf8(bytes.into_vec()).map_err(|_| {
+                    WorldError::ArtifactManifestCorrupt {
+                        artifact_id: id.clone(),
+                        reason: "the blob of a text artifact is not UTF-8".into(),
+                    }
+                })?),
+            };
+            Ok(Output::List(vec![Output::Json(manifest.to_json()), payload]))
+        })
+    }
+
+    /// Take the lock of a run (`kind` `run`) or an outer loop (`outer-loop`) by its id, waiting up
+    /// to `wait`; completes with `{name, token}`. Runs on a thread of its own, since it may sleep
+    /// while it waits.
+    pub fn acquire_lock(&self, ticket: Ticket, kind: &str, id: &str, wait: std::time::Duration) -> Result<()> {
+        self.ensure_open()?;
+        let name = match kind {
+            "run" => ids::check_run_id(id).map(|()| crate::core::locks::run_lock_name(id))?,
+            "outer-loop" => crate::core::outer_loop::check_outer_loop_id(id)
+                .map(|()| crate::core::locks::outer_loop_lock_name(id))?,
+            other => {
+                return Err(WorldError::validation(
+                    "kind",
+                    format!("is not a kind of lock: {other}"),
+                ))
+            }
+        };
+        self.ensure_writable("taking a lock")?;
+        let locks = self.inner.locks.clone();
+        let completer = self.inner.completer.clone();
+        spawn("little-world-lock", move || {
+            let out = locks
+                .acquire(&name, wait)
+                .map(|h| Output::Json(serde_json::json!({"name": h.name, "token": h.token}).to_string()));
+            completer.complete(vec![(ticket, out)]);
+        })
+    }
+
+    /// Let go of a lock (see [`Locks::release`]). Also on a closed world: its close let go of its
+    /// locks, and releasing one again is the no-op a double release is.
+    pub fn release_lock(&self, ticket: Ticket, name: String, token: String) -> Result<()> {
+        self.ensure_writable("releasing a lock")?;
+        let locks = self.inner.locks.clone();
+        Pool::global().run(self.inner.completer.clone(), ticket, move || {
+            locks.release(&name, &token).map(|()| Output::Unit)
+        })
+    }
+
+    /// Read an outer-loop manifest; completes with its JSON, or `null`.
+    pub fn read_outer_loop(&self, ticket: Ticket, id: String) -> Result<()> {
+        crate::core::outer_loop::check_outer_loop_id(&id)?;
+        let loops = self.inner.outer_loops.clone();
+        self.run(ticket, move || {
+            Ok(Output::Json(loops.read(&id)?.unwrap_or_else(|| "null".into())))
+        })
+    }
+
+    /// Write an outer-loop manifest.
+    pub fn write_outer_loop(&self, ticket: Ticket, manifest_json: String) -> Result<()> {
+        self.ensure_open()?;
+        self.ensure_writable("writing an outer-loop manifest")?;
+        let loops = self.inner.outer_loops.clone();
+        self.run(ticket, move || loops.write(&manifest_json).map(|()| Output::Unit))
+    }
+}

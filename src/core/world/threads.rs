@@ -1,0 +1,269 @@
+//! The prep thread and the writer thread of a world, and the bound on what the prep thread may
+//! run ahead of the writer.
+
+use super::append::{PrepMsg, WriteMsg};
+use crate::core::artifacts::ArtifactStore;
+use crate::core::clock;
+use crate::core::error::{Result, WorldError};
+use crate::core::events::{self, PreparedAppend};
+use crate::core::runtime::{panic_error, Completer, Output, Ticket};
+use crate::core::store::{LogReader, LogTx, LogWriter};
+use crossbeam_channel::{Receiver, Sender};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Most appends committed in one transaction.
+pub const MAX_GROUP: usize = 4096;
+
+/// How long the writer keeps looking for the next append before it parks, so that a caller
+/// awaiting each append in turn does not pay a thread wake-up per append.
+const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(60);
+
+/// What the writer does once every append queued before a close has committed, before the close
+/// completes: let go of the world's locks (see [`World::close`]).
+pub(super) type AfterClose = Box<dyn FnOnce() + Send>;
+
+/// Start a thread of the world's own; failing to (at the process's thread limit) is `WORLD_IO`.
+pub(super) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
+    crate::core::runtime::start_thread(name, f)
+        .map(drop)
+        .map_err(|e| WorldError::io(format!("starting the thread {name}"), None, e))
+}
+
+pub(super) fn prep_loop(
+    rx: Receiver<PrepMsg>,
+    to_writer: ToWriter,
+    artifacts: &ArtifactStore,
+    reader: &dyn LogReader,
+    completer: &dyn Completer,
+    pending: &AtomicUsize,
+    unsettled: &AtomicUsize,
+) {
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            PrepMsg::Append(ticket, req) => {
+                let prepared =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| events::prepare(req, artifacts)))
+                        .unwrap_or_else(|p| Err(panic_error(p)));
+                match prepared {
+                    // Answered by a read of its key, and never by the writer.
+                    Ok(p) if p.refused.is_some() => answer_refused(reader, completer, unsettled, ticket, p),
+                    Ok(p) => to_writer.append(ticket, p),
+                    Err(e) => {
+                        unsettled.fetch_sub(1, Ordering::AcqRel);
+                        completer.complete(vec![(ticket, Err(e))]);
+                    }
+                }
+                // Only now, with the append passed on, may the caller send straight to the writer.
+                pending.fetch_sub(1, Ordering::AcqRel);
+            }
+            PrepMsg::Refused(ticket, p) => {
+                answer_refused(reader, completer, unsettled, ticket, *p);
+                pending.fetch_sub(1, Ordering::AcqRel);
+            }
+            PrepMsg::Close(ticket, let_go) => {
+                let _ = to_writer.tx.send(WriteMsg::Close(ticket, let_go));
+                return;
+            }
+        }
+    }
+}
+
+/// Settle an append prepared with a refusal (see [`events::answer_refused`]).
+fn answer_refused(
+    reader: &dyn LogReader,
+    completer: &dyn Completer,
+    unsettled: &AtomicUsize,
+    ticket: Ticket,
+    prepared: PreparedAppend,
+) {
+    let answer = events::answer_refused(reader, prepared).map(Output::Json);
+    unsettled.fetch_sub(1, Ordering::AcqRel);
+    completer.complete(vec![(ticket, answer)]);
+}
+
+/// The writer of a read-only world. [`World::append`] refuses before anything reaches it; it
+/// refuses too.
+pub(super) struct ReadOnlyLog;
+
+impl LogWriter for ReadOnlyLog {
+    fn transaction(&mut self, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+        Err(WorldError::Path {
+            message: "an append needs a writable world, and this one was opened read-only".into(),
+        })
+    }
+}
+
+pub(super) fn writer_loop(
+    rx: Receiver<WriteMsg>,
+    writer: &Mutex<Option<Box<dyn LogWriter>>>,
+    artifacts: &ArtifactStore,
+    completer: &dyn Completer,
+    unsettled: &AtomicUsize,
+    backlog: &Backlog,
+) {
+    let mut tickets: Vec<Ticket> = Vec::new();
+    let mut batch: Vec<PreparedAppend> = Vec::new();
+    let mut counted = 0;
+    loop {
+        // Spin only when nothing is in flight: the next append is then one a caller is awaiting
+        // alone. Under load, the prep and JavaScript threads need the cores more.
+        let spin = unsettled.load(Ordering::Acquire) == 0;
+        let first = match next_message(&rx, spin) {
+            Some(m) => m,
+            None => return,
+        };
+        let mut close = None;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                WriteMsg::Append(t, p, bytes) => {
+                    tickets.push(t);
+                    batch.push(p);
+                    counted += bytes;
+                }
+                WriteMsg::Close(t, let_go) => {
+                    close = Some((t, let_go));
+                    break;
+                }
+            }
+            if batch.len() < MAX_GROUP {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            let recorded_at = clock::now_iso();
+            let mut lent = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let writer = lent
+                .as_mut()
+                .expect("the writer is there until the writer thread closes it");
+            let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                events::commit_batch(&mut **writer, artifacts, &mut batch, &recorded_at)
+            }))
+            .unwrap_or_else(|p| {
+                let e = panic_error(p);
+                batch.iter().map(|_| Err(e.clone())).collect()
+            });
+            drop(lent);
+            let done = tickets
+                .drain(..)
+                .zip(outcomes.into_iter().map(|o| o.map(Output::Json)))
+                .collect();
+            unsettled.fetch_sub(batch.len(), Ordering::AcqRel);
+            batch.clear();
+            backlog.remove(std::mem::take(&mut counted));
+            completer.complete(done);
+        }
+        if let Some((t, let_go)) = close {
+            // The readers' connections close before the writer's, so that SQLite's checkpoint at
+            // the store's last close runs through the writer's (see `SqliteWriter`'s drop).
+            let_go();
+            drop(writer.lock().unwrap_or_else(|p| p.into_inner()).take());
+            completer.complete(vec![(t, Ok(Output::Unit))]);
+            return;
+        }
+    }
+}
+
+/// Bytes of appends the prep thread has prepared and the writer not yet committed, past which
+/// the prep thread waits for the writer. The writer is the slower of the two (per 64 KiB payload,
+/// ~90 µs of the prep thread's CPU against ~110 µs of the writer's), so a prep thread that ran on
+/// ahead only held a core that the checkpoint thread, which runs when a core is idle, could have
+/// used: the writer then checkpointed the WAL itself, inside its commits.
+pub(super) const BACKLOG_MAX: usize = 4 * 1024 * 1024;
+
+/// How long the prep thread waits for the writer before it looks again, should a wake-up be
+/// missed (none should be).
+const BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// What the prep thread has handed the writer and the writer not yet committed (see
+/// [`BACKLOG_MAX`]).
+#[derive(Default)]
+pub(super) struct Backlog {
+    pub(super) bytes: AtomicUsize,
+    /// Set once the writer thread has ended (or never started): nothing is waited for any more.
+    pub(super) closed: AtomicBool,
+    pub(super) lock: Mutex<()>,
+    pub(super) drained: std::sync::Condvar,
+}
+
+/// The prep thread's way to the writer.
+pub(super) struct ToWriter {
+    pub(super) tx: Sender<WriteMsg>,
+    pub(super) backlog: Arc<Backlog>,
+}
+
+impl ToWriter {
+    /// Pass a prepared append on, counted into the backlog; then wait while the backlog is over
+    /// [`BACKLOG_MAX`].
+    fn append(&self, ticket: Ticket, prepared: PreparedAppend) {
+        let bytes = prepared.head.len();
+        self.backlog.add(bytes);
+        if self.tx.send(WriteMsg::Append(ticket, prepared, bytes)).is_err() {
+            // No writer: nothing will drain it.
+            self.backlog.remove(bytes);
+            return;
+        }
+        self.backlog.wait_below_max();
+    }
+}
+
+/// Closes the [`Backlog`] when dropped: held by the writer thread, so that however it ends (or
+/// if it never starts), the prep thread does not wait for it.
+pub(super) struct BacklogCloser(pub(super) Arc<Backlog>);
+
+impl Drop for BacklogCloser {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        let _held = self.0.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.0.drained.notify_all();
+    }
+}
+
+impl Backlog {
+    fn add(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// The writer committed (or refused) appends counted at `bytes`.
+    fn remove(&self, bytes: usize) {
+        if bytes > 0 && self.bytes.fetch_sub(bytes, Ordering::AcqRel) > BACKLOG_MAX {
+            // The prep thread may be waiting: it checks under the lock, so taking it here means
+            // it either has not checked yet (and will see the new count) or is waiting.
+            let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.drained.notify_all();
+        }
+    }
+
+    /// Wait while the backlog is over [`BACKLOG_MAX`] and the writer is there to drain it.
+    fn wait_below_max(&self) {
+        let over = || self.bytes.load(Ordering::Acquire) > BACKLOG_MAX && !self.closed.load(Ordering::Acquire);
+        if !over() {
+            return;
+        }
+        let mut held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while over() {
+            held = match self.drained.wait_timeout(held, BACKLOG_WAIT) {
+                Ok((h, _)) => h,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+}
+
+/// The next message for the writer: looked for briefly without sleeping (when `spin`), then
+/// waited for.
+fn next_message(rx: &Receiver<WriteMsg>, spin: bool) -> Option<WriteMsg> {
+    if !spin {
+        return rx.recv().ok();
+    }
+    let until = std::time::Instant::now() + WRITER_SPIN;
+    loop {
+        match rx.try_recv() {
+            Ok(m) => return Some(m),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) if std::time::Instant::now() < until => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Empty) => return rx.recv().ok(),
+        }
+    }
+}
