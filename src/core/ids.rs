@@ -120,6 +120,17 @@ pub fn request_digest(run_id: &str, event_type: &str, canonical_payload: &str) -
     sha256_tagged(&pre)
 }
 
+/// Whether `s` is exactly an artifact reference: `artifact://art_` + 16 lower-case hex digits.
+pub fn is_artifact_ref(s: &str) -> bool {
+    s.strip_prefix("artifact://").is_some_and(is_artifact_id)
+}
+
+/// Whether `s` is an artifact id: `art_` + 16 lower-case hex digits.
+pub fn is_artifact_id(s: &str) -> bool {
+    s.strip_prefix("art_")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

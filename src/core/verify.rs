@@ -206,7 +206,7 @@ fn check_row(row: RowRef<'_>, problems: &mut Vec<Problem>, referenced: &mut BTre
 
 fn collect_refs(v: &Value, out: &mut BTreeSet<String>) {
     match v {
-        Value::String(s) if crate::core::events::known::is_artifact_ref(s) => {
+        Value::String(s) if crate::core::ids::is_artifact_ref(s) => {
             out.insert(s["artifact://".len()..].to_string());
         }
         Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),

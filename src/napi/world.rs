@@ -47,9 +47,7 @@ fn durability(name: &str) -> Result<Durability, WorldError> {
 fn count_arg(name: &str, v: Option<f64>) -> Result<Option<u64>, WorldError> {
     match v {
         None => Ok(None),
-        Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= crate::core::events::known::MAX_SAFE_INTEGER => {
-            Ok(Some(f as u64))
-        }
+        Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= crate::core::numbers::MAX_SAFE_INTEGER => Ok(Some(f as u64)),
         Some(_) => Err(WorldError::validation(name, "must be a non-negative safe integer")),
     }
 }

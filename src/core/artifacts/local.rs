@@ -167,7 +167,7 @@ impl ArtifactBackend for LocalArtifacts {
                     .and_then(|n| n.strip_suffix(".json"))
                     .map(str::to_string)
             })
-            .filter(|id| crate::core::events::known::is_artifact_id(id))
+            .filter(|id| crate::core::ids::is_artifact_id(id))
             .collect())
     }
 }

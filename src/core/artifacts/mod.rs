@@ -122,7 +122,7 @@ pub fn artifact_id(meta: &NewArtifact, payload_hash: &str) -> String {
 /// The id in `artifact://art_…` or `art_…`.
 pub fn parse_ref(s: &str) -> Result<&str> {
     let id = s.strip_prefix(REF_PREFIX).unwrap_or(s);
-    if crate::core::events::known::is_artifact_id(id) {
+    if crate::core::ids::is_artifact_id(id) {
         Ok(id)
     } else {
         Err(WorldError::validation(

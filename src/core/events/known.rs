@@ -4,8 +4,10 @@
 //! always allowed, because a newer runtime may add some. A missing or mistyped field is an
 //! `EventValidationError` whose path names it (`payload.response.usage.inputTokens`).
 
-use super::path::dotted;
 use crate::core::error::{Result, WorldError};
+use crate::core::ids::is_artifact_ref;
+use crate::core::json_path::dotted;
+use crate::core::numbers::is_count;
 use serde_json::{Map, Value};
 
 /// What a field must hold.
@@ -457,33 +459,6 @@ fn lookup<'v>(payload: &'v Map<String, Value>, dotted_name: &str) -> Option<&'v 
         cur = cur.as_object()?.get(part)?;
     }
     Some(cur)
-}
-
-/// Largest integer a JavaScript number holds exactly.
-pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
-
-/// Whether `v` is a non-negative safe integer.
-pub fn is_count(v: &Value) -> bool {
-    match v {
-        Value::Number(n) => match n.as_u64() {
-            Some(u) => u as f64 <= MAX_SAFE_INTEGER,
-            None => n
-                .as_f64()
-                .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f <= MAX_SAFE_INTEGER),
-        },
-        _ => false,
-    }
-}
-
-/// Whether `s` is exactly an artifact reference: `artifact://art_` + 16 lower-case hex digits.
-pub fn is_artifact_ref(s: &str) -> bool {
-    s.strip_prefix("artifact://").is_some_and(is_artifact_id)
-}
-
-/// Whether `s` is an artifact id: `art_` + 16 lower-case hex digits.
-pub fn is_artifact_id(s: &str) -> bool {
-    s.strip_prefix("art_")
-        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 fn check(rule: Rule, v: &Value, name: &str) -> Result<()> {

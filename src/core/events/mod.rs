@@ -10,15 +10,14 @@
 
 pub mod known;
 pub mod packed;
-pub mod path;
 pub mod shape;
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
+use crate::core::json_path::{JsonPath, Seg};
 use crate::core::run_events::{self, Stream};
 use crate::core::store::{LogReader, LogTx, LogWriter, RowRef};
-use path::{JsonPath, Seg};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -113,7 +112,7 @@ fn check_usage(tx: &mut dyn LogTx, run: &str, tokens: &[u64; 4]) -> Result<()> {
     for ((total, add), field) in totals.iter().zip(tokens).zip(known::TOKEN_FIELDS) {
         if total
             .checked_add(*add)
-            .is_none_or(|t| t > known::MAX_SAFE_INTEGER as u64)
+            .is_none_or(|t| t > crate::core::numbers::MAX_SAFE_INTEGER as u64)
         {
             return Err(WorldError::validation(
                 format!("payload.response.usage.{field}"),
@@ -142,7 +141,7 @@ fn check_estimate(tx: &mut dyn LogTx, run: &str, estimate: &Estimate) -> Result<
             )
             .for_run(run));
         }
-    } else if tx.estimate_total(run)?.saturating_add(amount) > known::MAX_SAFE_INTEGER as u64 {
+    } else if tx.estimate_total(run)?.saturating_add(amount) > crate::core::numbers::MAX_SAFE_INTEGER as u64 {
         return Err(WorldError::validation(
             estimate.at.clone(),
             format!("commits {amount} micro-cents of {model}, taking {run}'s conservative total past 2^53 - 1"),
@@ -433,7 +432,7 @@ pub fn check_payload(event_type: &str, payload: &Map<String, Value>, artifacts: 
 /// Walk the payload: refuse `costUsd` in any usage object, and check every artifact reference.
 fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn Artifacts) -> Result<()> {
     match v {
-        Value::String(s) if known::is_artifact_ref(s) => {
+        Value::String(s) if ids::is_artifact_ref(s) => {
             let id = &s["artifact://".len()..];
             if !artifacts.artifact_exists(id)? {
                 return Err(WorldError::ArtifactNotFound {

@@ -511,7 +511,7 @@ impl<'p> Fold<'p> {
         // Sums are exact: the run's totals (of which every other usage is a part) stay within
         // what a JavaScript number holds exactly.
         let run = &self.usage;
-        let max = crate::core::events::known::MAX_SAFE_INTEGER as u64;
+        let max = crate::core::numbers::MAX_SAFE_INTEGER as u64;
         let exceeds = |sum: u64, add: u64| sum.checked_add(add).is_none_or(|s| s > max);
         if exceeds(run.input_tokens, tokens.input)
             || exceeds(run.output_tokens, tokens.output)
@@ -562,9 +562,7 @@ impl<'p> Fold<'p> {
                 continue; // a key, not a value
             }
             let reference = &text[i + 1..end];
-            if crate::core::events::known::is_artifact_ref(reference)
-                && self.seen_artifacts.insert(reference.to_string())
-            {
+            if crate::core::ids::is_artifact_ref(reference) && self.seen_artifacts.insert(reference.to_string()) {
                 self.artifacts.push(reference.to_string());
             }
         }

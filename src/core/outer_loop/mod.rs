@@ -23,7 +23,7 @@ pub mod memory;
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
-use crate::core::events::known::is_count;
+use crate::core::numbers::is_count;
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -24,7 +24,7 @@
 use super::log::{corrupt, read_run_events, Row};
 use super::schema::count;
 use crate::core::error::Result;
-use crate::core::events::known::MAX_SAFE_INTEGER;
+use crate::core::numbers::MAX_SAFE_INTEGER;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

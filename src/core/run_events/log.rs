@@ -9,7 +9,7 @@
 use super::schema::as_count;
 use super::{is_known_type, validate_body, Stream};
 use crate::core::error::{Result, WorldError};
-use crate::core::events::known::is_count;
+use crate::core::numbers::is_count;
 use serde_json::{Map, Value};
 
 /// One known run event, borrowed from the caller's list.
@@ -37,7 +37,7 @@ fn is_shown_run_id(r: &str) -> bool {
     crate::core::ids::check_run_id(r).is_ok()
         && !r
             .match_indices('_')
-            .any(|(i, _)| super::secrets::looks_like_credential(&r[i + 1..]))
+            .any(|(i, _)| crate::core::secrets::looks_like_credential(&r[i + 1..]))
 }
 
 /// The known rows of `events`, each validated; unknown types skipped.

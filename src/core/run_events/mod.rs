@@ -23,15 +23,15 @@ pub(crate) mod iso;
 mod log;
 mod refine;
 mod schema;
-mod secrets;
 mod shapes;
 pub mod stored;
 #[cfg(test)]
 mod tests;
 
+use crate::core::secrets;
+pub use crate::core::secrets::{check_secrets, looks_like_credential, screen_str};
 pub use costs::{restore_costs, CostRestore};
 pub use fold::fold;
-pub use secrets::{check_secrets, looks_like_credential, screen_str};
 
 use crate::core::error::{Result, WorldError};
 use schema::check_fields;

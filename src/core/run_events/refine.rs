@@ -5,7 +5,7 @@
 
 use super::schema::int;
 use crate::core::error::{Result, WorldError};
-use crate::core::events::path::dotted;
+use crate::core::json_path::dotted;
 use serde_json::{Map, Value};
 
 /// `{ path? }` for a write, `{ command? }` for a process, `{ host? }` for egress, `{}` for os:

@@ -8,8 +8,8 @@
 
 use super::iso;
 use crate::core::error::{Result, WorldError};
-use crate::core::events::known::is_count;
-use crate::core::events::path::dotted;
+use crate::core::json_path::dotted;
+use crate::core::numbers::is_count;
 use serde_json::{Map, Value};
 
 /// What a field must hold.

@@ -28,7 +28,7 @@ pub fn stream_of(stream_id: &str) -> Stream {
 fn is_shown_type(t: &str) -> bool {
     t.len() <= 64
         && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:".contains(&b))
-        && !super::secrets::looks_like_credential(t)
+        && !crate::core::secrets::looks_like_credential(t)
 }
 
 /// A stream's events as run (or session) events, as one canonical JSON array text. With

@@ -260,7 +260,7 @@ fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
             Ok(())
         },
     )?;
-    let max = crate::core::events::known::MAX_SAFE_INTEGER as i128;
+    let max = crate::core::numbers::MAX_SAFE_INTEGER as i128;
     let mut insert = conn.prepare("INSERT INTO estimates (run_id, model, open) VALUES (?1, ?2, ?3)")?;
     for ((run, model), sum) in open {
         insert.execute(rusqlite::params![run, model, sum.clamp(0, max) as i64])?;
@@ -418,7 +418,7 @@ mod tests {
                 r#"{{"callId":"c","model":{{"modelId":"m","provider":"p"}},"response":{{"usage":{{"inputTokens":{i},"outputTokens":{o}{extra}}}}},"turn":1}}"#
             )
         };
-        let max = crate::core::events::known::MAX_SAFE_INTEGER as u64;
+        let max = crate::core::numbers::MAX_SAFE_INTEGER as u64;
         let mut conn = schema_1_world(&[
             (
                 "run_a",

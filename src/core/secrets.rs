@@ -11,7 +11,7 @@
 //! nor any part of it: when the credential is an object KEY, the path stops at the parent object.
 
 use crate::core::error::{Result, WorldError};
-use crate::core::events::path::{JsonPath, Seg};
+use crate::core::json_path::{JsonPath, Seg};
 use serde_json::{Map, Value};
 
 /// A kind of credential the screen recognises (named in the refusal instead of the value).
