@@ -52,7 +52,7 @@ export async function acquireOuterLoopLock(world: World, outerLoopId: string, op
   return acquire(world, 'outer-loop', outerLoopId, waitOption(opts));
 }
 
-/** The cycle-level durability record of an outer loop (seed 001). */
+/** The cycle-level durability record of an outer loop. */
 export type OuterLoopManifest = {
   outerLoopId: string;
   /** Identity of the loop's input; a write with another one is refused. */

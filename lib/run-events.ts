@@ -37,7 +37,7 @@ export type SessionEvent = {
   readonly [field: string]: unknown;
 };
 
-/** The cost restore of seed 004, in integer micro-cents. */
+/** A run's costs as restored from its run events, in integer micro-cents. */
 export type RunCosts = {
   /** The maximum over every durable absolute total (never a sum of deltas, never cost:updated). */
   readonly realizedCostMicrocents: number;
@@ -85,8 +85,9 @@ function asRunEvent<T>(env: EventEnvelope, idKey: 'runId' | 'sessionId'): T {
 export async function appendRunEvent(world: World, runId: string, event: InterfaceDraft): Promise<RunEvent>;
 /**
  * Append a run event, validated strictly on write (its type, fields, closed enums, integer
- * micro-cents and token counts, the seed's refinements; no credential anywhere; nothing after the
- * run's terminal event and exactly one terminal per node). Resolves with the stored event.
+ * micro-cents and token counts, each type's cross-field refinements; no credential anywhere;
+ * nothing after the run's terminal event and exactly one terminal per node). Resolves with the
+ * stored event.
  */
 export async function appendRunEvent(world: World, runId: string, event: RunEventDraft): Promise<RunEvent>;
 export async function appendRunEvent(world: World, runId: string, event: RunEventDraft | InterfaceDraft): Promise<RunEvent> {
@@ -137,7 +138,7 @@ export async function loadRunEventLogForReplay(world: World, runId: string): Pro
   return frozen<RunEvent[]>(await call(() => handle.runEvents(runId, true)));
 }
 
-/** Restore a run's costs from its events exactly as seed 004's fold rules say; row order does not matter. */
+/** Restore a run's costs from its events by the run-event vocabulary's cost rules; row order does not matter. */
 export function restoreRunCosts(events: readonly RunEvent[]): RunCosts {
   const text = runEventsText(events);
   return frozen<RunCosts>(callSync(() => native.restoreRunCostsJson(text)));
