@@ -158,4 +158,41 @@ describe('the inspector page', () => {
       await page.close();
     }
   });
+
+  // The page knows the event types the package knows, asked of the server once: it kept a list of
+  // its own, which had fallen behind the package's.
+  it('draws the types the server knows as known, any other as custom, and all as custom when it cannot ask', async () => {
+    await appendEvent(world, 'run_types', { type: 'StepStarted', payload: { stepPath: 'a' } });
+    await appendEvent(world, 'run_types', { type: 'my.custom.fact', payload: { note: 'mine' } });
+    const categories = async (failTypes: boolean) => {
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      try {
+        if (failTypes) await page.route('**/api/types', (route) => route.abort());
+        await page.goto(`${base}/#run_types`);
+        await page.waitForSelector('#timeline [data-seq="2"]');
+        await page.waitForFunction(() => document.querySelector('#live-indicator')?.textContent?.includes('live'));
+        expect(errors).toEqual([]);
+        return await page.$$eval('#timeline [data-seq]', (rows) => rows.map((r) => `${(r as HTMLElement).dataset.type} ${(r as HTMLElement).dataset.cat}`));
+      } finally {
+        await page.close();
+      }
+    };
+    expect(await categories(false)).toEqual(['StepStarted step', 'my.custom.fact custom']);
+    expect(await categories(true)).toEqual(['StepStarted custom', 'my.custom.fact custom']);
+  });
+
+  // The server judges a run id; the page says what it answered.
+  it('shows the server\'s refusal of a malformed run id', async () => {
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${base}/#not_a_run`);
+      await page.waitForFunction(() => document.querySelector('#run-error')?.textContent?.includes('400'), undefined, { timeout: 10_000 });
+      expect(await page.textContent('#run-error')).toContain('invalid run id');
+      expect(await page.textContent('#run-title')).toBe('not_a_run');
+    } finally {
+      await page.close();
+    }
+  });
 });
