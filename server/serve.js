@@ -23,7 +23,6 @@ Server-Sent Events, /api/runs/:id/state) for the world in DIR (default ./.little
 127.0.0.1 unless --host is given, port 4710 unless --port is given (0 picks a free port).`;
 
 const HEARTBEAT_MS = 15_000;
-const STREAM_ID = /^(run|ses)_[A-Za-z0-9_-]{1,80}$/;
 /** The inspector's ES modules, each served as JavaScript. */
 const MODULES = ['app.js', 'api.js', 'bars.js', 'dom.js', 'format.js', 'header.js', 'run.js', 'runs.js', 'steps.js', 'timeline.js'];
 /** The only files served: a path not listed here is no file, whatever it names on disk. */
@@ -154,7 +153,7 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       } catch {
         id = '';
       }
-      if (!STREAM_ID.test(id)) return sendJson(res, 400, { error: `invalid run id: expected run_ (or ses_) followed by 1-80 of [A-Za-z0-9_-]` });
+      if (!lib.isRunId(id) && !lib.isSessionId(id)) return sendJson(res, 400, { error: `invalid run id: expected run_ (or ses_) followed by 1-80 of [A-Za-z0-9_-]` });
       if (m[2] === 'state') return sendJson(res, 200, await lib.materializeRunState(world, id));
       return streamEvents(lib, world, id, req, res, url, open, heartbeatMs);
     } catch (err) {
