@@ -4,7 +4,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { appendEvent, canonicalize, listEvents, localWorld, writeArtifact } from '@little-workflow/world';
+import { appendEvent, appendSessionEvent, canonicalize, listEvents, localWorld, writeArtifact } from '@little-workflow/world';
 import { downgradeToSchema2, packageRoot, schemaVersion, tempDir } from './helpers';
 
 function little(...args: string[]) {
@@ -51,6 +51,20 @@ describe('little', () => {
     expect(state.eventCount).toBe(4);
     expect(state.steps.s.status).toBe('completed');
     expect(state.usage.costUsd).toBe(0.00225);
+  });
+
+  it('replay of a session prints its event count and the status the world lists it with', async () => {
+    const dataDir = tempDir();
+    const world = localWorld({ dataDir });
+    await appendSessionEvent(world, 'ses_open', { type: 'session:turn_started' });
+    await appendSessionEvent(world, 'ses_done', { type: 'session:turn_started' });
+    await appendSessionEvent(world, 'ses_done', { type: 'session:cancelled' });
+    await world.close();
+    for (const [sessionId, eventCount, status] of [['ses_open', 1, 'open'], ['ses_done', 2, 'cancelled']] as const) {
+      const r = little('replay', sessionId, '--data-dir', dataDir);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toEqual({ sessionId, vocabulary: 'session-events', eventCount, status });
+    }
   });
 
   it('runs prints each run as a JSON line', async () => {
@@ -150,6 +164,7 @@ describe('little', () => {
       expect(r.code, r.stderr).toBe(2);
       expect(r.stderr).toMatch(/^little: /);
     }
+    expect(cases[2].stderr).toContain('invalid run id "not-a-run": expected run_ (or ses_ for a session) followed by 1-80 of [A-Za-z0-9_-]');
   });
 
   it('only looks: a world an earlier version wrote keeps its schema, so that version still opens it', async () => {

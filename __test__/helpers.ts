@@ -1,5 +1,5 @@
-// Shared test helpers: a temporary directory per test, and the kinds of world every
-// conformance test runs against.
+// Shared test helpers: a temporary directory per test, the kinds of world every conformance test
+// runs against, and the check for a system component a test needs.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -48,6 +48,19 @@ export async function rejection(p: Promise<unknown>): Promise<WorldError> {
     return e as WorldError;
   }
   throw new Error('expected a rejection');
+}
+
+/**
+ * Whether a system component that some tests need (`what`, such as Chromium or PostgreSQL) is
+ * `present`. When it is not, outside CI this says so in a line starting `SKIPPED:` with
+ * `howToEnable`, and returns false: a fresh machine passes `npm test` with those tests skipped.
+ * Under `CI=true` it throws instead, so that CI never passes without running them.
+ */
+export function needs(what: string, present: boolean, howToEnable: string): boolean {
+  if (present) return true;
+  if (process.env.CI === 'true') throw new Error(`${what} is missing, and under CI=true the tests that need it must run: ${howToEnable}`);
+  console.warn(`SKIPPED: tests that need ${what}, which is missing: ${howToEnable}`);
+  return false;
 }
 
 /** The root of the package, for spawning scripts. */

@@ -1,6 +1,7 @@
 // The inspector page in headless Chromium (Debian's chromium, driven by playwright-core): it shows
 // a run, shows an appended event without a reload, and a screenshot of a priced run is saved to
-// __test__/artifacts/ as a test artifact.
+// __test__/artifacts/ as a test artifact. Without Chromium these tests are skipped, and fail under
+// CI=true (see `needs`).
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -10,9 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as lib from '@little-workflow/world';
 import { appendEvent, localWorld, type World } from '@little-workflow/world';
 import { createServer } from '../server/serve.js';
+import { needs } from './helpers';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const ARTIFACTS = join(__dirname, 'artifacts');
+const HAS_CHROMIUM = needs(`Chromium (at ${CHROMIUM})`, existsSync(CHROMIUM), "install Debian's chromium (apt-get install chromium) or set CHROMIUM_PATH");
 
 let browser: Browser;
 let world: World;
@@ -20,29 +23,7 @@ let server: ReturnType<typeof createServer>;
 let base: string;
 // The suite's one world, in a directory of its own: a test's temporary directories are removed
 // after each test.
-const dataDir = mkdtempSync(join(tmpdir(), 'little-inspector-test-'));
-
-beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`Chromium is not installed at ${CHROMIUM} (.ci/run installs Debian's chromium)`);
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  world = localWorld({ dataDir });
-  server = createServer(lib, world);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-});
-
-afterAll(async () => {
-  await browser?.close();
-  for (const c of server?.openStreams ?? []) c.abort();
-  server?.closeAllConnections();
-  // Without a server (Chromium missing) there is nothing to wait for, and nothing would call r.
-  if (server) await new Promise((r) => server.close(r));
-  await world?.close();
-  rmSync(dataDir, { recursive: true, force: true });
-});
+let dataDir: string;
 
 async function pricedRun(runId: string) {
   const responded = (i: number, step: string, provider: string, modelId: string, input: number, output: number) => ({
@@ -69,7 +50,29 @@ async function pricedRun(runId: string) {
   return facts.length;
 }
 
-describe('the inspector page', () => {
+describe.runIf(HAS_CHROMIUM)('the inspector page', () => {
+  beforeAll(async () => {
+    dataDir = mkdtempSync(join(tmpdir(), 'little-inspector-test-'));
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    world = localWorld({ dataDir });
+    server = createServer(lib, world);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    for (const c of server?.openStreams ?? []) c.abort();
+    server?.closeAllConnections();
+    // Without a server (its setup failed) there is nothing to wait for, and nothing would call r.
+    if (server) await new Promise((r) => server.close(r));
+    await world?.close();
+    if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
+  });
+
   it('shows a run, adds an appended event without a reload, and draws cost bars', async () => {
     const n = await pricedRun('run_inspected');
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
@@ -154,6 +157,43 @@ describe('the inspector page', () => {
         await page.waitForSelector(`#timeline [data-seq="${seq}"]`, { timeout: 10_000 });
       }
       expect(await page.evaluate(() => (window as unknown as { liveSeen: string[] }).liveSeen.filter((t) => !t.includes('live')))).toEqual([]);
+    } finally {
+      await page.close();
+    }
+  });
+
+  // The page knows the event types the package knows, asked of the server once: it kept a list of
+  // its own, which had fallen behind the package's.
+  it('draws the types the server knows as known, any other as custom, and all as custom when it cannot ask', async () => {
+    await appendEvent(world, 'run_types', { type: 'StepStarted', payload: { stepPath: 'a' } });
+    await appendEvent(world, 'run_types', { type: 'my.custom.fact', payload: { note: 'mine' } });
+    const categories = async (failTypes: boolean) => {
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      try {
+        if (failTypes) await page.route('**/api/types', (route) => route.abort());
+        await page.goto(`${base}/#run_types`);
+        await page.waitForSelector('#timeline [data-seq="2"]');
+        await page.waitForFunction(() => document.querySelector('#live-indicator')?.textContent?.includes('live'));
+        expect(errors).toEqual([]);
+        return await page.$$eval('#timeline [data-seq]', (rows) => rows.map((r) => `${(r as HTMLElement).dataset.type} ${(r as HTMLElement).dataset.cat}`));
+      } finally {
+        await page.close();
+      }
+    };
+    expect(await categories(false)).toEqual(['StepStarted step', 'my.custom.fact custom']);
+    expect(await categories(true)).toEqual(['StepStarted custom', 'my.custom.fact custom']);
+  });
+
+  // The server judges a run id; the page says what it answered.
+  it('shows the server\'s refusal of a malformed run id', async () => {
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${base}/#not_a_run`);
+      await page.waitForFunction(() => document.querySelector('#run-error')?.textContent?.includes('400'), undefined, { timeout: 10_000 });
+      expect(await page.textContent('#run-error')).toContain('invalid run id');
+      expect(await page.textContent('#run-title')).toBe('not_a_run');
     } finally {
       await page.close();
     }

@@ -176,6 +176,10 @@ describe('two copies of the package in one process', () => {
     for (const f of readdirSync(packageRoot).filter((f) => /^(world\.(js|mjs)|index\.js|package\.json|.*\.node)$/.test(f))) {
       copyFileSync(join(packageRoot, f), join(copy, f));
     }
+    mkdirSync(join(copy, 'lib'));
+    for (const f of readdirSync(join(packageRoot, 'lib')).filter((f) => f.endsWith('.js'))) {
+      copyFileSync(join(packageRoot, 'lib', f), join(copy, 'lib', f));
+    }
     const other = (await import(pathToFileURL(join(copy, 'world.mjs')).href)) as typeof import('@little-workflow/world');
     const dataDir = tempDir();
     const mine = localWorld({ dataDir });

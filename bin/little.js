@@ -41,9 +41,9 @@ Prints every committed event of <runId> in sequence order, one canonical JSON en
   replay: `usage: little replay <runId> [--data-dir DIR]
 
 Folds <runId>'s events and prints the materialized state (status, steps, usage, cost) as JSON.
-For a run of seed-004 run events it prints the run-event fold instead (status, nodes, pending
-gates and media jobs, budget, timeout, restored costs), after the strict replay read; a session
-(ses_...) shows its event count and whether it was cancelled.`,
+For a run of run events (run:started, node:completed, ...) it prints the run-event fold instead
+(status, nodes, pending gates and media jobs, budget, timeout, restored costs), after the strict
+replay read; a session (ses_...) shows its event count and its status (open, or cancelled).`,
   verify: `usage: little verify [runId] [--thorough] [--data-dir DIR]
 
 Re-checks a run (or every run and every artifact): the store's own check of its database (SQLite's
@@ -74,15 +74,15 @@ function openWorld(lib, dataDir) {
   return lib.localWorld({ dataDir: dir, readOnly: true });
 }
 
-function runIdArg(positionals, required) {
+function runIdArg(lib, positionals, required) {
   const runId = positionals[0];
   if (runId === undefined) {
     if (required) throw new UsageError('a run id is required');
     return undefined;
   }
   if (positionals.length > 1) throw new UsageError(`unexpected argument: ${positionals[1]}`);
-  if (!/^(run|ses)_[A-Za-z0-9_-]{1,80}$/.test(runId)) {
-    throw new UsageError(`invalid run id ${JSON.stringify(runId)}: expected run_ followed by 1-80 of [A-Za-z0-9_-]`);
+  if (!lib.isRunId(runId) && !lib.isSessionId(runId)) {
+    throw new UsageError(`invalid run id ${JSON.stringify(runId)}: expected run_ (or ses_ for a session) followed by 1-80 of [A-Za-z0-9_-]`);
   }
   return runId;
 }
@@ -98,7 +98,7 @@ async function requireRun(lib, world, runId) {
 
 const COMMANDS = {
   async events(lib, world, positionals) {
-    const runId = runIdArg(positionals, true);
+    const runId = runIdArg(lib, positionals, true);
     await requireRun(lib, world, runId);
     let after = 0;
     for (;;) {
@@ -109,24 +109,24 @@ const COMMANDS = {
     }
   },
   async replay(lib, world, positionals) {
-    const runId = runIdArg(positionals, true);
+    const runId = runIdArg(lib, positionals, true);
     await requireRun(lib, world, runId);
     const runEvents = await lib.listRunEvents(world, runId);
     if (runEvents.length === 0) {
       await out(JSON.stringify(await lib.materializeRunState(world, runId), null, 2));
     } else if (runId.startsWith('ses_')) {
-      // Sessions have no fold in seed 004; show what the stream holds.
-      const cancelled = runEvents.some((e) => e.type === 'session:cancelled');
-      await out(JSON.stringify({ sessionId: runId, vocabulary: 'session-events', eventCount: runEvents.length, status: cancelled ? 'cancelled' : 'open' }, null, 2));
+      // A session has no fold: what its stream holds, with the status the world's listing gives it.
+      const row = (await lib.listRuns(world)).find((r) => r.runId === runId);
+      await out(JSON.stringify({ sessionId: runId, vocabulary: 'session-events', eventCount: runEvents.length, status: row?.status }, null, 2));
     } else {
-      // A run of seed-004 run events: the strict replay read, then its fold and cost restore.
+      // A run of run events: the strict replay read, then its fold and cost restore.
       const events = await lib.loadRunEventLogForReplay(world, runId);
       await out(JSON.stringify({ runId, vocabulary: 'run-events', eventCount: events.length, ...lib.foldRunEvents(events) }, null, 2));
     }
     return 0;
   },
   async verify(lib, world, positionals, values) {
-    const runId = runIdArg(positionals, false);
+    const runId = runIdArg(lib, positionals, false);
     if (runId !== undefined) await requireRun(lib, world, runId);
     const report = await lib.verifyWorld(world, runId, { thorough: values.thorough === true });
     // The verdict and the problems come first: a reader that leaves early (| head) ends the

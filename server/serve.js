@@ -1,6 +1,8 @@
 // `little serve`: a read-only view of a world over HTTP, and the inspector page.
 //
-//   GET /                        the inspector (inspector/index.html, app.js, style.css)
+//   GET /                        the inspector: inspector/index.html, style.css, and app.js with the
+//                                ES modules it imports (each listed in MODULES)
+//   GET /api/types               the event types the package knows, per vocabulary (knownEventTypes())
 //   GET /api/runs                the runs, newest activity first, with event count, status, last time, cost
 //   GET /api/runs/:id/events     Server-Sent Events: id = sequence, event = type, data = envelope;
 //                                resumes after Last-Event-ID (or ?after=N); a heartbeat comment every 15 s
@@ -16,17 +18,19 @@ const { parseArgs } = require('node:util');
 
 const HELP = `usage: little serve [--data-dir DIR] [--port N] [--host H]
 
-Serves the inspector at / and a read-only API (/api/runs, /api/runs/:id/events as Server-Sent
-Events, /api/runs/:id/state) for the world in DIR (default ./.little-workflow), on 127.0.0.1
-unless --host is given, port 4710 unless --port is given (0 picks a free port).`;
+Serves the inspector at / and a read-only API (/api/types, /api/runs, /api/runs/:id/events as
+Server-Sent Events, /api/runs/:id/state) for the world in DIR (default ./.little-workflow), on
+127.0.0.1 unless --host is given, port 4710 unless --port is given (0 picks a free port).`;
 
 const HEARTBEAT_MS = 15_000;
-const STREAM_ID = /^(run|ses)_[A-Za-z0-9_-]{1,80}$/;
+/** The inspector's ES modules, each served as JavaScript. */
+const MODULES = ['app.js', 'api.js', 'bars.js', 'dom.js', 'format.js', 'header.js', 'run.js', 'runs.js', 'steps.js', 'timeline.js'];
+/** The only files served: a path not listed here is no file, whatever it names on disk. */
 const STATIC = {
   '/': ['index.html', 'text/html; charset=utf-8'],
   '/index.html': ['index.html', 'text/html; charset=utf-8'],
-  '/app.js': ['app.js', 'text/javascript; charset=utf-8'],
   '/style.css': ['style.css', 'text/css; charset=utf-8'],
+  ...Object.fromEntries(MODULES.map((m) => [`/${m}`, [m, 'text/javascript; charset=utf-8']])),
 };
 
 class UsageError extends Error {}
@@ -139,6 +143,7 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
         if (!existsSync(path)) return sendJson(res, 404, { error: `${file[0]} is not installed` });
         return send(res, 200, readFileSync(path), file[1]);
       }
+      if (url.pathname === '/api/types') return sendJson(res, 200, lib.knownEventTypes());
       if (url.pathname === '/api/runs') return sendJson(res, 200, await listRunsFresh());
       const m = /^\/api\/runs\/([^/]+)\/(events|state)$/.exec(url.pathname);
       if (!m) return sendJson(res, 404, { error: `no such path: ${url.pathname}` });
@@ -148,7 +153,7 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       } catch {
         id = '';
       }
-      if (!STREAM_ID.test(id)) return sendJson(res, 400, { error: `invalid run id: expected run_ (or ses_) followed by 1-80 of [A-Za-z0-9_-]` });
+      if (!lib.isRunId(id) && !lib.isSessionId(id)) return sendJson(res, 400, { error: `invalid run id: expected run_ (or ses_) followed by 1-80 of [A-Za-z0-9_-]` });
       if (m[2] === 'state') return sendJson(res, 200, await lib.materializeRunState(world, id));
       return streamEvents(lib, world, id, req, res, url, open, heartbeatMs);
     } catch (err) {

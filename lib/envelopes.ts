@@ -1,0 +1,117 @@
+// Envelopes out of the core's text: a committed event's envelope, and its payload decoded only
+// when first read.
+import { EventLogCorruptError } from './errors.js';
+import { deepFreeze, frozen } from './json.js';
+
+/** One committed fact of a run. */
+export type EventEnvelope = {
+  /** `evt_` + the first 16 hex of sha256(JCS({runId, sequence, type, payload})). */
+  readonly eventId: string;
+  readonly runId: string;
+  /** 1-based, dense, strictly monotonic per run. */
+  readonly sequence: number;
+  readonly type: string;
+  readonly appendIdempotencyKey?: string;
+  /** `sha256:` + hex(sha256(JCS({runId, type, payload}))), set with a key. */
+  readonly canonicalRequestDigest?: string;
+  /** ISO-8601 UTC, millisecond precision. */
+  readonly recordedAt: string;
+  readonly payload: Readonly<Record<string, unknown>>;
+};
+
+/** Envelopes at least this long (in UTF-16 units) come back from an append with a lazy payload. */
+const LAZY_ENVELOPE_MIN = 4096;
+
+/**
+ * A frozen envelope from its canonical JSON, with the payload decoded on first read. The envelope
+ * is `{…,"eventId":…,"payload":<payload>,"recordedAt":…}`: the keys before the payload hold
+ * strings (which cannot contain an unescaped `"payload":`), and `,"recordedAt":` after it is the
+ * last of its kind. Only the small rest is parsed now; a large payload costs nothing until read.
+ */
+export function envelopeFromText(text: string): EventEnvelope {
+  // A small envelope is cheaper to parse whole than to build lazily.
+  if (text.length < LAZY_ENVELOPE_MIN) return frozen<EventEnvelope>(text);
+  const start = text.indexOf('"payload":');
+  const end = text.lastIndexOf(',"recordedAt":');
+  if (start < 0 || end < start) return frozen<EventEnvelope>(text);
+  const meta = JSON.parse(`${text.slice(0, start)}"payload":0${text.slice(end)}`) as Record<string, string> & { sequence: number };
+  return lazyEnvelope(meta.runId, meta.sequence, meta.eventId, meta.recordedAt, meta.type, meta.appendIdempotencyKey ?? '', meta.canonicalRequestDigest ?? '', text.slice(start + 10, end));
+}
+
+/** Numbers per row of a packed listing (see src/core/events/packed.rs). */
+const PACKED_STRIDE = 8;
+
+/** Envelopes out of a packed listing: `table` holds per row the sequence and where each piece starts in `text`. */
+export function unpack(runId: string, text: string, table: Buffer): EventEnvelope[] {
+  const t = new Float64Array(table.buffer, table.byteOffset, table.length / 8);
+  const n = t.length / PACKED_STRIDE;
+  const out = new Array<EventEnvelope>(n);
+  for (let r = 0; r < n; r++) {
+    const b = r * PACKED_STRIDE;
+    out[r] = lazyEnvelope(
+      runId,
+      t[b],
+      text.slice(t[b + 1], t[b + 2]),
+      text.slice(t[b + 2], t[b + 3]),
+      text.slice(t[b + 3], t[b + 4]),
+      text.slice(t[b + 4], t[b + 5]),
+      text.slice(t[b + 5], t[b + 6]),
+      text.slice(t[b + 6], t[b + 7]),
+    );
+  }
+  return out;
+}
+
+/**
+ * Gives a plain object the private state of a lazy payload: a base constructor that returns its
+ * argument makes `new LazyPayload(o, raw)` add the private fields to `o` itself, so an envelope
+ * keeps `Object.prototype` (a plain object to every library) while all envelopes share one
+ * getter. A getter written in an object literal would cost a closure and an accessor pair per
+ * envelope, and leave V8 unable to share their shapes: twice the time of a listing.
+ */
+class ReturnsItsArgument {
+  constructor(o: object) {
+    return o;
+  }
+}
+class LazyPayload extends ReturnsItsArgument {
+  #raw: string;
+  #payload: Record<string, unknown> | undefined;
+  constructor(o: object, raw: string) {
+    super(o);
+    this.#raw = raw;
+  }
+  static read(o: object): Record<string, unknown> {
+    let self = o as LazyPayload;
+    // Read through an object that inherits from an envelope, as the getter of a literal would.
+    while (!(#raw in self)) self = Object.getPrototypeOf(self) as LazyPayload;
+    return (self.#payload ??= deepFreeze(LazyPayload.parse(self)));
+  }
+  /** The payload's stored text, parsed; text that does not parse is a damaged row. */
+  private static parse(self: LazyPayload): Record<string, unknown> {
+    try {
+      return JSON.parse(self.#raw) as Record<string, unknown>;
+    } catch (err) {
+      const { runId, sequence } = self as unknown as EventEnvelope;
+      throw new EventLogCorruptError('EVENT_LOG_CORRUPT', `event log corrupt (${runId} sequence ${sequence}): the stored payload does not parse as JSON`, { runId, sequence }, { cause: err });
+    }
+  }
+}
+const LAZY_PAYLOAD: PropertyDescriptor = {
+  get(this: object) {
+    return LazyPayload.read(this);
+  },
+  enumerable: true,
+};
+
+/** A frozen envelope whose payload is parsed and deep-frozen on first read. Keys in canonical order. */
+function lazyEnvelope(runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string, raw: string): EventEnvelope {
+  const e: Record<string, unknown> = key === '' ? { eventId } : { appendIdempotencyKey: key, canonicalRequestDigest: digest, eventId };
+  Object.defineProperty(e, 'payload', LAZY_PAYLOAD);
+  e.recordedAt = recordedAt;
+  e.runId = runId;
+  e.sequence = sequence;
+  e.type = type;
+  new LazyPayload(e, raw);
+  return Object.freeze(e) as unknown as EventEnvelope;
+}

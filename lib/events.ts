@@ -1,0 +1,131 @@
+// The event log: appending, listing, checking a log's shape, and canonical JSON.
+import { EventLogCorruptError, call, callSync, checkRunIdType, closedError, fromNative, invalid, wellFormed } from './errors.js';
+import { envelopeFromText, unpack, type EventEnvelope } from './envelopes.js';
+import { fieldsOf, isPlainRecord, jsonOf, options, read, snapshotOf, toJsonText } from './json.js';
+import { native, type NativeWorld } from './native.js';
+import { handleOf, nativeOf, wakeSubscribers, type World } from './worlds.js';
+
+/** What to append. */
+export interface AppendEventInput {
+  type: string;
+  payload: Record<string, unknown>;
+  /** Required for every type that starts with `harness.`. */
+  appendIdempotencyKey?: string;
+}
+
+const INPUT_FIELDS = ['type', 'payload', 'appendIdempotencyKey'] as const;
+
+/**
+ * {@link appendEvent} with a payload of an interface type, which has no index signature and so is
+ * no `Record<string, unknown>` to TypeScript. (Declared first, so that `Parameters<typeof
+ * appendEvent>`, which reads the last declaration, still names {@link AppendEventInput}.)
+ */
+export function appendEvent(world: World, runId: string, input: Omit<AppendEventInput, 'payload'> & { payload: object }): Promise<EventEnvelope>;
+/**
+ * Append an event to a run's log. Resolves with the committed, deep-frozen envelope once its row
+ * is committed (as durably as the world's `durability` says). A rejected append writes nothing
+ * and consumes no sequence number.
+ */
+export function appendEvent(world: World, runId: string, input: AppendEventInput): Promise<EventEnvelope>;
+export function appendEvent(world: World, runId: string, input: AppendEventInput | (Omit<AppendEventInput, 'payload'> & { payload: object })): Promise<EventEnvelope> {
+  // Not an async function: an append is on every hot path, and each promise layer costs a
+  // microtask. Errors found here still reject the returned promise; nothing is thrown.
+  let pending: Promise<string>;
+  let handle: NativeWorld | undefined;
+  try {
+    handle = handleOf(world);
+    checkRunIdType(runId);
+    const { type, payload, appendIdempotencyKey } = fieldsOf(input, 'input', '', INPUT_FIELDS, 'must be an object with type and payload', runId);
+    if (typeof type !== 'string') invalid('type', 'must be a string', runId);
+    wellFormed('type', type, runId);
+    if (appendIdempotencyKey !== undefined) {
+      if (typeof appendIdempotencyKey !== 'string') invalid('appendIdempotencyKey', 'must be a string', runId);
+      wellFormed('appendIdempotencyKey', appendIdempotencyKey, runId);
+    }
+    // A colon type is a run event's (or a namespace's that may become one): its errors name no
+    // key that looks like a credential, as appendRunEvent's do not.
+    const { copy, long } = read(payload, 'payload', { runId, screenKeys: type.includes(':') });
+    if (!isPlainRecord(copy)) invalid('payload', 'must be an object', runId);
+    const beside: string[] = [];
+    const payloadJson = jsonOf(copy, long ? beside : undefined);
+    pending = handle.append(runId, type, payloadJson, appendIdempotencyKey, beside.length > 0 ? beside : undefined);
+  } catch (err) {
+    // As nativeOf, a closed world says so rather than what is wrong with the arguments; asked
+    // only once they are refused, so that an append does not pay for it (the core checks too).
+    return Promise.reject(handle?.closed ? closedError() : fromNative(err));
+  }
+  return pending.then(
+    (text) => {
+      wakeSubscribers(world, runId);
+      return envelopeFromText(text);
+    },
+    (err: unknown) => {
+      throw fromNative(err);
+    },
+  );
+}
+
+/** Options of {@link listEvents}. */
+export interface ListEventsOptions {
+  /** Only events with a greater sequence. Default 0. */
+  afterSequence?: number;
+  /** At most this many events. */
+  limit?: number;
+}
+
+/**
+ * A run's committed envelopes in sequence order, deep-frozen. Each payload is decoded the first
+ * time it is read (then kept, deep-frozen): a listing of a large run costs little until its
+ * payloads are used.
+ */
+export async function listEvents(world: World, runId: string, opts?: ListEventsOptions): Promise<readonly EventEnvelope[]> {
+  const handle = nativeOf(world);
+  checkRunIdType(runId);
+  const o = options(opts, 'listEvents options', ['afterSequence', 'limit']);
+  for (const name of ['afterSequence', 'limit'] as const) {
+    const v = o[name];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) {
+      invalid(name, 'must be a non-negative safe integer', runId);
+    }
+  }
+  return (await listPacked(handle, runId, o.afterSequence, o.limit)).events;
+}
+
+/**
+ * A run's envelopes after `after` (at most `limit`), with the length of the text they were cut
+ * from. Given `maxUnits`, the listing ends with the first event that takes that text to
+ * `maxUnits` (at least one event): one whose text is shorter holds every event there was.
+ */
+export async function listPacked(handle: NativeWorld, runId: string, after?: number, limit?: number, maxUnits?: number): Promise<{ events: readonly EventEnvelope[]; units: number }> {
+  const parts = (await call(() => handle.listPacked(runId, after, limit, maxUnits))) as unknown as (string | Buffer)[];
+  let units = 0;
+  for (let i = 0; i < parts.length; i += 2) units += (parts[i] as string).length;
+  if (parts.length === 2) return { events: Object.freeze(unpack(runId, parts[0] as string, parts[1] as Buffer)), units };
+  const all: EventEnvelope[] = [];
+  for (let i = 0; i < parts.length; i += 2) for (const e of unpack(runId, parts[i] as string, parts[i + 1] as Buffer)) all.push(e);
+  return { events: Object.freeze(all), units };
+}
+
+/**
+ * Check that `events` is one run's log as the world writes it: sequences 1..n in order, each
+ * `eventId` (and `canonicalRequestDigest`) matching its content. Throws `EventLogCorruptError`.
+ */
+export function validateEventLogShape(events: readonly EventEnvelope[]): void {
+  let copy: unknown;
+  try {
+    copy = snapshotOf(events, 'events', { around: 2 });
+  } catch (err) {
+    throw new EventLogCorruptError('EVENT_LOG_CORRUPT', `the log cannot be read as JSON: ${(err as Error).message}`, {}, { cause: err });
+  }
+  if (!Array.isArray(copy)) {
+    throw new EventLogCorruptError('EVENT_LOG_CORRUPT', 'expected an array of envelopes', {});
+  }
+  const text = jsonOf(copy);
+  callSync(() => native.validateEventLogShapeJson(text));
+}
+
+/** RFC 8785 canonical JSON of a value, exactly as the world stores it. */
+export function canonicalize(value: unknown): string {
+  const text = toJsonText(value, 'value');
+  return callSync(() => native.canonicalizeJson(text));
+}

@@ -1,0 +1,229 @@
+// Open worlds: their handles in the core, the state this process keeps per world (shared by
+// every copy of this module in the process), and localWorld / virtualWorld.
+import { realpathSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { WorldPathError, call, callSync, closedError, invalid } from './errors.js';
+import { options } from './json.js';
+import { native, type NativeWorld } from './native.js';
+import { pricingText, type PricingRegistry } from './pricing.js';
+
+/** How durable an append is when its promise resolves. */
+export type Durability = 'full' | 'normal';
+
+/** An open world. Pass it to the functions of this package. */
+export interface World {
+  readonly kind: 'local' | 'virtual';
+  /** The resolved data directory of a local world. */
+  readonly dataDir?: string;
+  /**
+   * Finish queued appends, then let go of the locks taken through this world, and release it.
+   * Takers still waiting for a lock reject with `WorldClosedError`, as do later calls; a
+   * `RunLock.release()` after the close resolves.
+   */
+  close(): Promise<void>;
+}
+
+/** Options of {@link localWorld}. */
+export interface LocalWorldOptions {
+  /** Default: `join(process.cwd(), '.little-workflow')`. */
+  dataDir?: string;
+  /** Default `'full'`: an append resolves only after its commit is on disk. */
+  durability?: Durability;
+  /** Prices merged over the bundled registry, model by model. */
+  pricing?: PricingRegistry;
+  /**
+   * Open the world already at `dataDir` for reading only (default `false`). Nothing in the
+   * directory is created, upgraded or cleaned up (SQLite may add the `-shm` and an empty `-wal`
+   * file any reader of its WAL needs), so a world written by an earlier version of this package
+   * stays openable by that version. Every write (appends, artifacts, locks,
+   * outer-loop manifests) rejects with `WorldPathError`; reads and `subscribe` see what other
+   * worlds commit. Opening fails with `WorldPathError` when no world is there.
+   */
+  readOnly?: boolean;
+}
+
+/** Options of {@link virtualWorld}. */
+export interface VirtualWorldOptions {
+  /** Prices merged over the bundled registry, model by model. */
+  pricing?: PricingRegistry;
+}
+
+/**
+ * Wakes a live subscription: given stream ids, only one of those streams (copies of this module of
+ * earlier versions call it with none, and wake them all).
+ */
+export type Waker = (streams?: string | ReadonlySet<string>) => void;
+
+/**
+ * The native handle of each open world, and the wakers of its live subscriptions (called after each
+ * append this process commits). Kept on `globalThis` under a registered symbol, so two copies of
+ * this module in one process (a bundler inlining one, Node loading another) share them.
+ */
+const shared = ((globalThis as Record<symbol, unknown>)[Symbol.for('@little-workflow/world:worlds')] ??= {
+  natives: new WeakMap<World, NativeWorld>(),
+  wakers: new WeakMap<World, Set<Waker>>(),
+}) as { natives: WeakMap<World, NativeWorld>; wakers: WeakMap<World, Set<Waker>> };
+export const natives = shared.natives;
+export const wakers = shared.wakers;
+
+/**
+ * The local data directories open in this process (by real path, and by device and inode: see
+ * `dirKeys`), with the copy of the addon that opened them and how many of
+ * its worlds have each open. Shared, like `shared`, by every copy of this module in the process
+ * (in one JavaScript realm), so that two copies of the package (two versions that npm could not
+ * dedupe) never open one directory at once: each copy has its own SQLite, the two cannot see each
+ * other's POSIX locks, and closing one copy's world deleted the WAL under the other's, with appends
+ * it had acknowledged. A world's claim ends when its close has completed (when its last SQLite
+ * connection is gone); a world collected without a close keeps its claim. The registry's shape
+ * (its symbol, the `openDirs` map, keys `path:<real path>` and `inode:<dev>:<ino>`, and entries
+ * `{ addon, worlds }`) is how versions of this package see each other: extend it, never change it.
+ */
+type OpenDirs = Map<string, { addon: string; worlds: number }>;
+const openDirs: OpenDirs = ((shared as { openDirs?: OpenDirs }).openDirs ??= new Map());
+const ADDON = native.addonInstanceId();
+/** How each world lets go of its claim on its data directory (once). */
+const claims = new WeakMap<World, () => void>();
+/** Each world's close, once called. */
+const closings = new WeakMap<World, Promise<void>>();
+
+/**
+ * The keys of a directory in `openDirs`: its real path, and its device and inode (which a bind
+ * mount shares, and which a directory deleted and made again at the same path does not). None
+ * when there is no such directory.
+ */
+function dirKeys(dir: string): string[] {
+  try {
+    const st = statSync(dir, { bigint: true });
+    return [`path:${realpathSync.native(dir)}`, `inode:${st.dev}:${st.ino}`];
+  } catch {
+    return [];
+  }
+}
+
+/** Refuse `dataDir` while another copy of the addon has it open. */
+function checkNoOtherCopy(dataDir: string): void {
+  for (const key of dirKeys(dataDir)) {
+    const held = openDirs.get(key);
+    if (held !== undefined && held.worlds > 0 && held.addon !== ADDON) {
+      throw new WorldPathError(
+        'WORLD_PATH',
+        `${dataDir} is open through another copy of @little-workflow/world in this process: two copies of ` +
+          'SQLite in one process cannot see each other\'s locks and would lose appends. Load one copy ' +
+          '(npm dedupe, or one version for every dependent), or close the other copy\'s worlds first',
+        { path: dataDir },
+      );
+    }
+  }
+}
+
+/** Record that `world` has the directory `dir` open through this copy, until its close completes. */
+function claimDir(world: World, dir: string): void {
+  const held = dirKeys(dir).map((key) => {
+    let h = openDirs.get(key);
+    if (h === undefined || h.worlds === 0) openDirs.set(key, (h = { addon: ADDON, worlds: 0 }));
+    h.worlds++;
+    return [key, h] as const;
+  });
+  let done = false;
+  claims.set(world, () => {
+    if (done) return;
+    done = true;
+    for (const [key, h] of held) if (--h.worlds === 0 && openDirs.get(key) === h) openDirs.delete(key);
+  });
+}
+
+/** Wake the world's subscriptions of `streams` (one id, or several), or all of them. */
+export function wakeSubscribers(world: World, streams?: string | ReadonlySet<string>): void {
+  const set = wakers.get(world);
+  if (set) for (const wake of [...set]) wake(streams);
+}
+
+export class OpenWorld implements World {
+  readonly kind: 'local' | 'virtual';
+  readonly dataDir?: string;
+
+  constructor(handle: NativeWorld) {
+    this.kind = handle.kind as 'local' | 'virtual';
+    if (handle.dataDir !== null) this.dataDir = handle.dataDir;
+    natives.set(this, handle);
+    Object.freeze(this);
+  }
+
+  close(): Promise<void> {
+    // A second close gets the first's promise: it completes when the first has (the native
+    // close of a world closed before finishes at once, while the first may still be committing).
+    let closing = closings.get(this);
+    if (closing === undefined) {
+      closing = this.closeOnce().catch((err: unknown) => {
+        closings.delete(this); // a close that failed may be tried again
+        throw err;
+      });
+      closings.set(this, closing);
+    }
+    return closing;
+  }
+
+  private async closeOnce(): Promise<void> {
+    await call(() => handleOf(this).close());
+    claims.get(this)?.();
+    wakeSubscribers(this); // live subscriptions notice the close now, not at their next poll
+    // A subscription paused between two events would otherwise keep the watcher (an inotify
+    // descriptor) until its consumer pulls again, which may be never.
+    watchers.get(this)?.stop();
+  }
+}
+
+export function handleOf(world: World): NativeWorld {
+  const handle = natives.get(world);
+  if (!handle) invalid('world', 'must be a World returned by localWorld() or virtualWorld()');
+  return handle;
+}
+
+/** The native handle of an open world. A closed one says so before any argument is looked at. */
+export function nativeOf(world: World): NativeWorld {
+  const handle = handleOf(world);
+  if (handle.closed) throw closedError();
+  return handle;
+}
+
+/** Per local world, while it has subscribers: its live view (see `liveView` in live-view.ts). */
+export const watchers = new WeakMap<World, Live>();
+
+/**
+ * A local world's live view, shared by its subscribers: how many there are and how many wait for
+ * an event, a promise of its first look (its mark), and ways to keep the process alive while one
+ * waits and to stop.
+ */
+export type Live = { subscribers: number; waiting: number; ready: Promise<void>; keepAlive: () => void; stop: () => void };
+
+/**
+ * Open (creating if needed) a world on disk: SQLite in WAL mode plus artifact files. With
+ * `readOnly`, open an existing one for reading only.
+ */
+export function localWorld(opts?: LocalWorldOptions): World {
+  const o = options(opts, 'localWorld options', ['dataDir', 'durability', 'pricing', 'readOnly']);
+  const dataDir = o.dataDir ?? join(process.cwd(), '.little-workflow');
+  if (typeof dataDir !== 'string' || dataDir.length === 0) {
+    throw new WorldPathError('WORLD_PATH', 'dataDir must be a non-empty string', { path: 'dataDir' });
+  }
+  // As UTF-8 a lone surrogate would become U+FFFD: two different dataDirs, one world.
+  if (!dataDir.isWellFormed()) {
+    throw new WorldPathError('WORLD_PATH', 'dataDir contains a lone surrogate, which a path cannot carry exactly', { path: 'dataDir' });
+  }
+  const durability = o.durability ?? 'full';
+  if (typeof durability !== 'string') invalid('durability', "must be 'full' or 'normal'");
+  const pricing = pricingText(o.pricing);
+  const readOnly = o.readOnly ?? false;
+  if (typeof readOnly !== 'boolean') invalid('readOnly', 'must be a boolean');
+  checkNoOtherCopy(dataDir);
+  const world = new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability, pricing, readOnly)));
+  claimDir(world, world.dataDir as string);
+  return world;
+}
+
+/** Open a fresh world in memory: the same rules, nothing on disk. */
+export function virtualWorld(opts?: VirtualWorldOptions): World {
+  const o = options(opts, 'virtualWorld options', ['pricing']);
+  const pricing = pricingText(o.pricing);
+  return new OpenWorld(callSync(() => native.NativeWorld.openVirtual(pricing)));
+}
