@@ -107,7 +107,7 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
         }
     }
     for id in &referenced {
-        if !crate::core::events::Artifacts::artifact_exists(artifacts, id)? {
+        if !artifacts.exists(id)? {
             problems.push(Problem {
                 kind: "missing-artifact",
                 run_id: run.map(str::to_string),

@@ -84,7 +84,7 @@ pub fn check_id(env: Env, kind: String, id: String) -> napi::Result<()> {
 #[napi(js_name = "knownEventTypesJson")]
 pub fn known_event_types_json() -> String {
     serde_json::json!({
-        "events": crate::core::events::known::known_types(),
+        "events": crate::core::log_types::known_types(),
         "runEvents": run_events::known_types(run_events::Stream::Run),
         "sessionEvents": run_events::known_types(run_events::Stream::Session),
     })

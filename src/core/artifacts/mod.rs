@@ -17,7 +17,6 @@ use crate::core::bytes::Bytes;
 use crate::core::canonical;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
-use crate::core::events::Artifacts;
 use crate::core::ids;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -233,40 +232,16 @@ impl ArtifactStore {
         self.backend.read(id)
     }
 
+    /// Whether an artifact `id` is published (without reading it).
+    pub fn exists(&self, id: &str) -> Result<bool> {
+        self.backend.exists(id)
+    }
+
     /// Ids of every published artifact, sorted.
     pub fn list(&self) -> Result<Vec<String>> {
         let mut ids = self.backend.list()?;
         ids.sort();
         Ok(ids)
-    }
-}
-
-impl Artifacts for ArtifactStore {
-    fn artifact_exists(&self, artifact_id: &str) -> Result<bool> {
-        self.backend.exists(artifact_id)
-    }
-
-    fn json_id(&self, run_id: &str, step_path: &str, name: &str, canonical_json: &str) -> String {
-        artifact_id(
-            &json_meta(run_id, step_path, name),
-            &ids::sha256_tagged(canonical_json.as_bytes()),
-        )
-    }
-
-    fn store_json(&self, run_id: &str, step_path: &str, name: &str, canonical_json: String) -> Result<String> {
-        self.write(json_meta(run_id, step_path, name), Data::Canonical(canonical_json))
-            .map(|m| m.artifact_id)
-    }
-}
-
-/// What describes a large value an append moved into a `json` artifact.
-fn json_meta(run_id: &str, step_path: &str, name: &str) -> NewArtifact {
-    NewArtifact {
-        run_id: run_id.to_string(),
-        step_path: step_path.to_string(),
-        name: name.to_string(),
-        content_type: "application/json".to_string(),
-        encoding: Encoding::Json,
     }
 }
 

@@ -8,16 +8,19 @@
 //! takes the next dense sequence, builds the envelope and inserts it. A rejected append writes
 //! nothing and consumes no sequence.
 
-pub mod known;
 pub mod packed;
 pub mod shape;
 
+use crate::core::artifacts::{artifact_id, ArtifactStore, Encoding, NewArtifact};
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
 use crate::core::json_path::{JsonPath, Seg};
-use crate::core::run_events::{self, Stream};
+use crate::core::log_types::{self, LogTypes};
+use crate::core::run_events::RunEvents;
+use crate::core::secrets;
 use crate::core::store::{LogReader, LogTx, LogWriter, RowRef};
+use crate::core::vocabulary::{Effects, Stream, Vocabulary};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -67,7 +70,7 @@ pub struct PreparedAppend {
     /// stream has committed and released so far.
     pub estimate: Option<Estimate>,
     /// The token counts a `harness.model.responded` adds to its run's totals (see
-    /// [`known::token_counts`]), checked by the writer: a total past 2^53 - 1 is one the
+    /// [`log_types::token_counts`]), checked by the writer: a total past 2^53 - 1 is one the
     /// materializer cannot sum exactly, so accepting the call would leave the run unfoldable.
     pub usage: Option<[u64; 4]>,
     /// A large value the payload refers to instead of carrying it, stored by the writer only once
@@ -95,21 +98,21 @@ pub struct Estimate {
     pub at: String,
 }
 
-/// The estimate an event of type `t` commits or releases; `root` is how errors name the payload.
-fn estimate_of(t: &str, payload: &Map<String, Value>, root: &str) -> Option<Estimate> {
-    let (model, field, amount, released) = run_events::estimate_of(t, payload)?;
-    Some(Estimate {
-        model: model.to_string(),
-        amount,
-        released,
-        at: format!("{root}.{field}"),
-    })
+/// The estimate a vocabulary found, with its field named from `root`, as the caller named the
+/// payload (`event` for a draft, `payload` for `appendEvent`).
+fn estimate_at(e: crate::core::vocabulary::Estimate, root: &str) -> Estimate {
+    Estimate {
+        at: format!("{root}.{}", e.field),
+        model: e.model,
+        amount: e.amount,
+        released: e.released,
+    }
 }
 
 /// Check that a call's `tokens` keep each of `run`'s token totals within 2^53 - 1.
 fn check_usage(tx: &mut dyn LogTx, run: &str, tokens: &[u64; 4]) -> Result<()> {
     let totals = tx.usage(run)?;
-    for ((total, add), field) in totals.iter().zip(tokens).zip(known::TOKEN_FIELDS) {
+    for ((total, add), field) in totals.iter().zip(tokens).zip(log_types::TOKEN_FIELDS) {
         if total
             .checked_add(*add)
             .is_none_or(|t| t > crate::core::numbers::MAX_SAFE_INTEGER as u64)
@@ -149,6 +152,39 @@ fn check_estimate(tx: &mut dyn LogTx, run: &str, estimate: &Estimate) -> Result<
         .for_run(run));
     }
     Ok(())
+}
+
+/// The artifacts of a world, as the append rules use them.
+impl Artifacts for ArtifactStore {
+    fn artifact_exists(&self, artifact_id: &str) -> Result<bool> {
+        ArtifactStore::exists(self, artifact_id)
+    }
+
+    fn json_id(&self, run_id: &str, step_path: &str, name: &str, canonical_json: &str) -> String {
+        artifact_id(
+            &json_meta(run_id, step_path, name),
+            &ids::sha256_tagged(canonical_json.as_bytes()),
+        )
+    }
+
+    fn store_json(&self, run_id: &str, step_path: &str, name: &str, canonical_json: String) -> Result<String> {
+        self.write(
+            json_meta(run_id, step_path, name),
+            crate::core::artifacts::Data::Canonical(canonical_json),
+        )
+        .map(|m| m.artifact_id)
+    }
+}
+
+/// What describes a large value an append moved into a `json` artifact.
+fn json_meta(run_id: &str, step_path: &str, name: &str) -> NewArtifact {
+    NewArtifact {
+        run_id: run_id.to_string(),
+        step_path: step_path.to_string(),
+        name: name.to_string(),
+        content_type: "application/json".to_string(),
+        encoding: Encoding::Json,
+    }
 }
 
 /// A large output, args or result moved out of a payload into a `json` artifact.
@@ -196,15 +232,15 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     let run = run.as_str();
     // A run event stores no credential anywhere: not in its stream's id (refused before any error
     // could name the stream) and not in its idempotency key.
-    if req.draft.is_some() || (req.event_type.contains(':') && run_events::is_known_type(&req.event_type)) {
+    if req.draft.is_some() || (req.event_type.contains(':') && RunEvents.knows(&req.event_type)) {
         let id_field = if req.draft == Some(Stream::Session) {
             "sessionId"
         } else {
             "runId"
         };
-        run_events::screen_str(&req.run_id, id_field)?;
+        secrets::screen_str(&req.run_id, id_field)?;
         if let Some(key) = &req.key {
-            run_events::screen_str(key, "appendIdempotencyKey").map_err(|e| e.for_run(run))?;
+            secrets::screen_str(key, "appendIdempotencyKey").map_err(|e| e.for_run(run))?;
         }
     }
     // What the envelope will take, at least (canonical JSON is rarely longer than its input).
@@ -218,31 +254,33 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     if !req.strings.is_empty() {
         put_strings_back(&mut payload, std::mem::take(&mut req.strings)).map_err(|e| e.for_run(run))?;
     }
-    let mut terminal = None;
-    let mut estimate = None;
+    let mut effects = Effects::default();
+    let mut estimate_root = "payload";
     // A keyed append's refusal for what its payload holds is kept, not returned (see `refused`).
     // Only the first counts, as when it was returned at once: no check after it runs.
     let mut refused = None;
     let keyed = req.key.is_some();
     if let Some(stream) = req.draft {
-        // A seed-004 draft: strictly validated as its stream's vocabulary; its own `type` field
+        // A run-event draft: strictly validated as its stream's vocabulary; its own `type` field
         // becomes the envelope's type and the rest the payload.
-        run_events::validate_draft(stream, &payload).map_err(|e| e.for_run(run))?;
-        let Some(Value::String(t)) = payload.remove("type") else {
-            unreachable!("validate_draft checked the type")
+        let Some(Value::String(t)) = payload.get("type") else {
+            return Err(WorldError::validation("event.type", "must be a string naming the event type").for_run(run));
         };
+        let t = t.clone();
+        RunEvents.check(stream, &t, &payload).map_err(|e| e.for_run(run))?;
+        payload.remove("type");
         req.event_type = t;
-        terminal = run_events::terminal(stream, &req.event_type, &payload);
-        estimate = estimate_of(&req.event_type, &payload, "event");
-    } else if req.event_type.contains(':') && run_events::is_known_type(&req.event_type) {
+        effects = RunEvents.effects(stream, &req.event_type, &payload);
+        estimate_root = "event";
+    } else if req.event_type.contains(':') && RunEvents.knows(&req.event_type) {
         // A colon-namespaced type this build knows is held to the run-event vocabulary exactly as
         // appendRunEvent holds it; an unknown one is a generic fact (a newer writer's).
         let p = JsonPath::new("payload").render();
-        let checked =
-            run_events::validate_event(Stream::Run, &req.event_type, &payload).map_err(|e| rebase(e, "event", &p));
+        let checked = RunEvents
+            .check(Stream::Run, &req.event_type, &payload)
+            .map_err(|e| rebase(e, "event", &p));
         refused = deferred(keyed, checked).map_err(|e| e.for_run(run))?;
-        terminal = run_events::terminal(Stream::Run, &req.event_type, &payload);
-        estimate = estimate_of(&req.event_type, &payload, "payload");
+        effects = RunEvents.effects(Stream::Run, &req.event_type, &payload);
     }
     check_type(&req.event_type).map_err(|e| e.for_run(run))?;
     if let Some(key) = &req.key {
@@ -267,10 +305,9 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     // Large values are moved out of a refused payload too, so that its digest is the one stored
     // for the same request before; nothing is stored for it.
     let spill = offload_large_values(&req.event_type, &mut payload, run, artifacts);
-    let usage = match req.event_type.as_str() {
-        "harness.model.responded" => known::token_counts(&payload),
-        _ => None,
-    };
+    let usage = LogTypes.effects(Stream::Run, &req.event_type, &payload).usage;
+    let Effects { terminal, estimate, .. } = effects;
+    let estimate = estimate.map(|e| estimate_at(e, estimate_root));
     let (terminal, estimate, spill, usage) = match refused {
         Some(_) => (None, None, None, None),
         None => (terminal, estimate, spill, usage),
@@ -424,7 +461,9 @@ pub fn put_strings_back(payload: &mut Map<String, Value>, strings: Vec<String>) 
 
 /// The payload rules every type shares, plus the known type's shape.
 pub fn check_payload(event_type: &str, payload: &Map<String, Value>, artifacts: &dyn Artifacts) -> Result<()> {
-    known::validate(event_type, payload)?;
+    if LogTypes.knows(event_type) {
+        LogTypes.check(Stream::Run, event_type, payload)?;
+    }
     let mut path = JsonPath::new("payload");
     scan_object(payload, &mut path, artifacts)
 }
@@ -483,18 +522,8 @@ fn offload_large_values(
     run_id: &str,
     artifacts: &dyn Artifacts,
 ) -> Option<Spill> {
-    let text_of = |p: &Map<String, Value>, k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    let (field, ref_field, step_path) = match event_type {
-        "StepCompleted" => ("output", "outputRef", text_of(payload, "stepPath")),
-        "RunCompleted" => ("output", "outputRef", "$run".to_string()),
-        "harness.tool_call.started" => ("args", "argsRef", format!("tool_call/{}", text_of(payload, "callId"))),
-        "harness.tool_call.succeeded" => (
-            "result",
-            "resultRef",
-            format!("tool_call/{}", text_of(payload, "callId")),
-        ),
-        _ => return None,
-    };
+    let spillable = LogTypes.spillable(event_type, payload)?;
+    let (field, ref_field, step_path) = (spillable.field, spillable.reference, spillable.step_path);
     // A payload with both the value and its reference is refused (and only a refused one has
     // both): moving the value would overwrite the reference it gave, and could make its digest
     // that of another request.
@@ -624,7 +653,7 @@ fn commit_one(
 
 /// An idempotency key as an error may show it: one that looks like a credential is not shown.
 fn shown_key(key: &str) -> String {
-    if run_events::looks_like_credential(key) {
+    if secrets::looks_like_credential(key) {
         "<a key that looks like a credential>".to_string()
     } else {
         key.to_string()

@@ -230,7 +230,7 @@ fn without_extra_mistyped(t: &str, text: &str) -> std::result::Result<String, St
         let field = format!("{{{}:{}}}", canonical::string_literal(&name), value.get());
         if serde_json::from_str::<Fields<'_>>(&field).is_ok() {
             kept.push(field[1..field.len() - 1].to_string());
-        } else if crate::core::events::known::declares(t, &name) {
+        } else if crate::core::log_types::declares(t, &name) {
             return Err(format!("the {t} payload's {name} is not what a {t} carries there"));
         }
     }

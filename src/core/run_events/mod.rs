@@ -38,14 +38,7 @@ use schema::check_fields;
 use serde_json::{Map, Value};
 use shapes::{shape, Carried};
 
-/// Which stream an event type may be appended to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    /// A workflow run (`runId`).
-    Run,
-    /// An agent session (`sessionId`).
-    Session,
-}
+pub use crate::core::vocabulary::Stream;
 
 /// The envelope fields the world stamps; a draft must not carry them.
 pub const ENVELOPE_FIELDS: &[&str] = &["runId", "sessionId", "timestamp", "sequenceNumber"];
@@ -229,4 +222,36 @@ pub fn parse_stored(stream: Stream, t: &str, draft: &Map<String, Value>) -> Resu
     }
     validate_body(stream, t, draft).map_err(|e| corrupt(format!("stored {t} does not parse: {e}")))?;
     Ok(Some(()))
+}
+
+/// The run-event vocabulary, as the append rules call it.
+pub struct RunEvents;
+
+impl crate::core::vocabulary::Vocabulary for RunEvents {
+    fn knows(&self, t: &str) -> bool {
+        is_known_type(t)
+    }
+
+    fn check(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
+        validate_event(stream, t, fields)
+    }
+
+    fn effects(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> crate::core::vocabulary::Effects {
+        crate::core::vocabulary::Effects {
+            terminal: terminal(stream, t, fields),
+            estimate: estimate_of(t, fields).map(|(model, field, amount, released)| {
+                crate::core::vocabulary::Estimate {
+                    model: model.to_string(),
+                    field,
+                    amount,
+                    released,
+                }
+            }),
+            usage: None,
+        }
+    }
+
+    fn spillable(&self, _t: &str, _fields: &Map<String, Value>) -> Option<crate::core::vocabulary::Spillable> {
+        None
+    }
 }

@@ -274,7 +274,7 @@ fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
 fn backfill_usage(conn: &Connection) -> rusqlite::Result<()> {
     let mut totals: std::collections::BTreeMap<String, [u128; 4]> = Default::default();
     stored_rows(conn, &["harness.model.responded"], |run, _, _, payload| {
-        if let Some(tokens) = crate::core::events::known::token_counts(&payload) {
+        if let Some(tokens) = crate::core::log_types::token_counts(&payload) {
             let sums = totals.entry(run).or_default();
             for (sum, n) in sums.iter_mut().zip(tokens) {
                 *sum += u128::from(n);

@@ -1,13 +1,17 @@
-//! Payload shapes of the known event types (seed `000_*` and the contract's table).
+//! The event log's own vocabulary: the payload shapes of its known types (`RunStarted`,
+//! `StepCompleted`, `harness.model.responded`, ...), the fields stored as artifacts when large,
+//! and the token counts a model call adds to its run.
 //!
 //! Each known type lists its required and optional fields with a rule per field. Extra fields are
 //! always allowed, because a newer runtime may add some. A missing or mistyped field is an
-//! `EventValidationError` whose path names it (`payload.response.usage.inputTokens`).
+//! `EventValidationError` whose path names it (`payload.response.usage.inputTokens`). A type it
+//! does not know is stored as a generic fact.
 
 use crate::core::error::{Result, WorldError};
 use crate::core::ids::is_artifact_ref;
 use crate::core::json_path::dotted;
 use crate::core::numbers::is_count;
+use crate::core::vocabulary::{Effects, Spillable, Stream};
 use serde_json::{Map, Value};
 
 /// What a field must hold.
@@ -500,6 +504,42 @@ fn describe(rule: Rule) -> String {
         Rule::ArtifactRef => "an artifact reference (artifact://art_ + 16 hex)".into(),
         Rule::Label => "a string or a number".into(),
         Rule::OneOf(set) => format!("one of {}", set.join(", ")),
+    }
+}
+
+/// The event log's own vocabulary, as the append rules call it.
+pub struct LogTypes;
+
+impl crate::core::vocabulary::Vocabulary for LogTypes {
+    fn knows(&self, t: &str) -> bool {
+        is_known(t)
+    }
+
+    fn check(&self, _stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
+        validate(t, fields)
+    }
+
+    fn effects(&self, _stream: Stream, t: &str, fields: &Map<String, Value>) -> Effects {
+        Effects {
+            usage: (t == "harness.model.responded").then(|| token_counts(fields)).flatten(),
+            ..Effects::default()
+        }
+    }
+
+    fn spillable(&self, t: &str, fields: &Map<String, Value>) -> Option<Spillable> {
+        let text = |k: &str| fields.get(k).and_then(Value::as_str).unwrap_or("");
+        let (field, reference, step_path) = match t {
+            "StepCompleted" => ("output", "outputRef", text("stepPath").to_string()),
+            "RunCompleted" => ("output", "outputRef", "$run".to_string()),
+            "harness.tool_call.started" => ("args", "argsRef", format!("tool_call/{}", text("callId"))),
+            "harness.tool_call.succeeded" => ("result", "resultRef", format!("tool_call/{}", text("callId"))),
+            _ => return None,
+        };
+        Some(Spillable {
+            field,
+            reference,
+            step_path,
+        })
     }
 }
 
