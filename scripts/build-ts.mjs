@@ -3,12 +3,10 @@
 // points can never disagree.
 //
 // The wrapper loads world.js through `require`, not `import`: an ES module importing CommonJS
-// makes Node lex the whole file to guess its named exports, and for 57 KB of compiled code (the
-// whole front in one file) that lexer grew hot enough for V8 to compile it with TurboFan on a
-// worker thread, some 50 ms of CPU in the first tens of milliseconds after the import, just when
-// a program's first reads and appends want both of a 2-core machine's cores (the first 16 MiB
-// verified read of a process: 26-38 ms with the lexed import, 11-24 ms without). Loaded through
-// `require`, no file of the package is lexed, however its code is split.
+// makes Node lex the whole file to guess its named exports, and on a large file that lexer grows
+// hot enough for V8 to compile it on a worker thread, just when a program's first reads and
+// appends want both of a 2-core machine's cores. Loaded through `require`, no file of the package
+// is lexed, however its code is split.
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';

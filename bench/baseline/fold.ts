@@ -3,7 +3,7 @@
  *
  * Two uses: the benchmark measures the native fold against `listEvents` plus this fold, and the
  * test suite checks that both folds give the same state for random runs (a second, independent
- * implementation of the rules of seed 000). Money is summed exactly, as BigInt femto-dollars.
+ * implementation of the contract's materialization rules). Money is summed exactly, as BigInt femto-dollars.
  */
 
 export type Registry = {

@@ -1,11 +1,13 @@
 /**
- * The pure-TypeScript world the native one replaces, written as seed 000 describes it and as a good
- * engineer would: better-sqlite3 in WAL mode with `synchronous` set explicitly, a per-run promise
- * chain around `SELECT MAX(sequence)` then `INSERT`, JCS through the npm `canonicalize`, sha256
- * from `node:crypto`, deep-frozen envelopes, artifacts as tmp + fsync + rename files re-hashed on
- * every read, and the plain TypeScript fold of ./fold.ts for materialization.
+ * The pure-TypeScript world the native one replaces, written as a good engineer would:
+ * better-sqlite3 in WAL mode with `synchronous` set explicitly, one row per event holding the
+ * whole envelope as canonical JSON beside the indexed columns, a per-run promise chain around
+ * `SELECT MAX(sequence)` then `INSERT`, JCS through the npm `canonicalize`, sha256 from
+ * `node:crypto`, reads that parse the stored envelope and deep-freeze it, artifacts as
+ * tmp + fsync + rename files re-hashed on every read, and the plain TypeScript fold of ./fold.ts
+ * for materialization.
  *
- * It is the benchmark's baseline only: it checks what the seed's append path checks (JSON-safe
+ * It is the benchmark's baseline only: it checks what the native append path checks (JSON-safe
  * payload, harness keys, idempotency, artifact references) and nothing the benchmark does not use.
  */
 import { createHash } from 'node:crypto';
@@ -70,15 +72,15 @@ export class BaselineWorld {
     this.db.pragma(`synchronous = ${durability === 'full' ? 'FULL' : 'NORMAL'}`);
     this.db.exec(`CREATE TABLE IF NOT EXISTS events (
       run_id TEXT NOT NULL, sequence INTEGER NOT NULL, event_id TEXT NOT NULL, type TEXT NOT NULL,
-      idempotency_key TEXT, request_digest TEXT, recorded_at TEXT NOT NULL, payload TEXT NOT NULL,
+      idempotency_key TEXT, request_digest TEXT, envelope TEXT NOT NULL,
       UNIQUE (run_id, sequence));
       CREATE UNIQUE INDEX IF NOT EXISTS events_key ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL;`);
     this.maxSeq = this.db.prepare('SELECT MAX(sequence) AS s FROM events WHERE run_id = ?');
-    this.byKey = this.db.prepare('SELECT * FROM events WHERE run_id = ? AND idempotency_key = ?');
+    this.byKey = this.db.prepare('SELECT request_digest, envelope FROM events WHERE run_id = ? AND idempotency_key = ?');
     this.insert = this.db.prepare(
-      'INSERT INTO events (run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      'INSERT INTO events (run_id, sequence, event_id, type, idempotency_key, request_digest, envelope) VALUES (?, ?, ?, ?, ?, ?, ?)',
     );
-    this.list = this.db.prepare('SELECT * FROM events WHERE run_id = ? AND sequence > ? ORDER BY sequence');
+    this.list = this.db.prepare('SELECT envelope FROM events WHERE run_id = ? AND sequence > ? ORDER BY sequence').pluck();
   }
 
   close(): void {
@@ -94,14 +96,6 @@ export class BaselineWorld {
     });
   }
 
-  private row(r: any): Envelope {
-    const e: Record<string, unknown> = { eventId: r.event_id, runId: r.run_id, sequence: r.sequence, type: r.type, recordedAt: r.recorded_at, payload: JSON.parse(r.payload) };
-    if (r.idempotency_key !== null) {
-      e.appendIdempotencyKey = r.idempotency_key;
-      e.canonicalRequestDigest = r.request_digest;
-    }
-    return deepFreeze(e as Envelope);
-  }
 
   appendEvent(runId: string, input: { type: string; payload: Record<string, unknown>; appendIdempotencyKey?: string }): Promise<Envelope> {
     if (!/^run_[A-Za-z0-9_-]{1,80}$/.test(runId)) return Promise.reject(new Error(`invalid run id ${runId}`));
@@ -117,24 +111,24 @@ export class BaselineWorld {
         const found = this.byKey.get(runId, key) as any;
         if (found) {
           if (found.request_digest !== digest) throw new Error('EventAppendIdempotencyConflictError');
-          return this.row(found);
+          return deepFreeze(JSON.parse(found.envelope) as Envelope);
         }
       }
       const sequence = ((this.maxSeq.get(runId) as { s: number | null }).s ?? 0) + 1;
       const eventId = `evt_${sha256hex(jcs({ runId, sequence, type, payload: canon.value })).slice(0, 16)}`;
       const recordedAt = new Date().toISOString();
-      this.insert.run(runId, sequence, eventId, type, key ?? null, digest, recordedAt, canon.text);
       const e: Record<string, unknown> = { eventId, runId, sequence, type, recordedAt, payload: canon.value };
       if (key !== undefined) {
         e.appendIdempotencyKey = key;
         e.canonicalRequestDigest = digest;
       }
+      this.insert.run(runId, sequence, eventId, type, key ?? null, digest, jcs(e));
       return deepFreeze(e as Envelope);
     });
   }
 
   async listEvents(runId: string, afterSequence = 0): Promise<readonly Envelope[]> {
-    return deepFreeze((this.list.all(runId, afterSequence) as any[]).map((r) => this.row(r)));
+    return deepFreeze((this.list.all(runId, afterSequence) as string[]).map((text) => JSON.parse(text) as Envelope));
   }
 
   async materializeRunState(runId: string, registry: Registry): Promise<Record<string, unknown>> {

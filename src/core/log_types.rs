@@ -93,7 +93,7 @@ const OUTPUT_OPTIONAL: Option<Choice> = Some(Choice {
     required: false,
 });
 
-/// Every known type of seed `000_*` with its shape.
+/// Every known `appendEvent` type with its shape.
 static SHAPES: &[(&str, Shape)] = {
     use Rule::*;
     &[
@@ -358,7 +358,7 @@ pub fn known_types() -> Vec<&'static str> {
     SHAPES.iter().map(|(name, _)| *name).collect()
 }
 
-/// Whether `event_type` is one of the known types of seed `000_*`.
+/// Whether `event_type` is one of the known `appendEvent` types.
 pub fn is_known(event_type: &str) -> bool {
     shape(event_type).is_some()
 }

@@ -1,6 +1,6 @@
 //! Secret screening: no credential ever enters a stored run or session event.
 //!
-//! Seed `004_*` ("Security: event payloads never carry secrets") makes two promises: API keys and
+//! The run events make two promises about secrets: API keys and
 //! other secrets never appear in any event payload, and a secret-typed input is masked as exactly
 //! `{ secret: true, ref: 'inputs.<name>' }`. The producer is supposed to keep both; the world
 //! refuses a draft that breaks either, so a wiring bug upstream cannot persist a key forever.

@@ -225,7 +225,7 @@ pub(crate) fn artifact_problem(e: &WorldError) -> Result<Option<&'static str>> {
         "ARTIFACT_HASH_MISMATCH" => "artifact-hash",
         "ARTIFACT_MANIFEST_CORRUPT" => "artifact-manifest",
         "WORLD_IO" if e.is_transient() => return Err(e.clone()),
-        // One unreadable artifact used to end verify there, hiding every other problem.
+        // One unreadable artifact is one problem found; verify goes on to find the others.
         "WORLD_IO" => "artifact-unreadable",
         _ => "artifact-integrity",
     }))

@@ -42,7 +42,7 @@ pub fn bundled_pricing_json() -> &'static str {
     pricing::BUNDLED_JSON
 }
 
-/// The cost restore of seed 004 over a JSON array of run events.
+/// The run-event cost restore over a JSON array of run events.
 #[napi(js_name = "restoreRunCostsJson")]
 pub fn restore_run_costs_json(env: Env, events_json: String) -> napi::Result<String> {
     guarded(|| {
@@ -53,7 +53,7 @@ pub fn restore_run_costs_json(env: Env, events_json: String) -> napi::Result<Str
     .map_err(|e| throw(&env, &e))
 }
 
-/// The run-event fold of seed 004 over a JSON array of run events; the state as canonical JSON.
+/// The run-event fold over a JSON array of run events; the state as canonical JSON.
 #[napi(js_name = "foldRunEventsJson")]
 pub fn fold_run_events_json(env: Env, events_json: String) -> napi::Result<String> {
     guarded(|| {

@@ -1,13 +1,12 @@
 //! Reading a blob into a buffer and hashing what was read, as fast as the hash allows.
 //!
-//! Hashing is the slow part, and a hash reads fastest from this core's cache: on a 2-vCPU Xeon
-//! with SHA extensions, `openssl speed` hashes 1.8 GB/s over 16 KiB blocks but 1.1 GB/s over
-//! 16 MiB ones, which must come from memory; and a chunk copied in by one thread and hashed by
-//! another comes from the other core no faster (a 16 MiB blob, read that way: 1,000 MiB/s). So
-//! each chunk is hashed by the thread whose read just copied it in. One thread alone must fault in,
-//! copy and hash every chunk in turn (1,300 MiB/s); two threads, each reading every other chunk
-//! and taking turns at the hash, overlap one's faults and copy with the other's hash, the hash
-//! passing between them with each chunk (1,450 MiB/s, in a Rust loop over fresh buffers).
+//! Hashing is the slow part, and a hash reads fastest from this core's cache: SHA-256 over
+//! blocks that fit in cache runs well over half again as fast as over blocks that must come
+//! from memory, and a chunk copied in by one thread and hashed by another comes from the other
+//! core no faster. So each chunk is hashed by the thread whose read just copied it in. One thread
+//! alone must fault in, copy and hash every chunk in turn; two threads, each reading every other
+//! chunk and taking turns at the hash, overlap one's faults and copy with the other's hash, the
+//! hash passing between them with each chunk.
 
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -24,10 +23,9 @@ const HASH_CHUNK: usize = 256 * 1024;
 const SHARED_AT: usize = 4 * 1024 * 1024;
 
 /// How long a thread waiting for its turn spins before it sleeps, while this is the only read
-/// taking turns in the process. The other thread hashes a chunk in about 150 µs, but faulting in
-/// fresh pages for its next one can take it far longer, and a thread woken from sleep each time
-/// was slower (16 MiB reads into fresh buffers, in turn: 12 ms each with a 200 µs spin, 10.8 ms
-/// with this one; yielding the core while it waited, 12 ms).
+/// taking turns in the process. The other thread hashes a chunk in a fraction of a millisecond,
+/// but faulting in fresh pages for its next one can take it far longer, and a thread woken from
+/// sleep each time (or one that spun for less, or yielded its core) was slower.
 const SPIN: Duration = Duration::from_millis(2);
 
 /// How long it spins while other reads take turns too (their threads outnumber the cores, and a
@@ -35,7 +33,7 @@ const SPIN: Duration = Duration::from_millis(2);
 const SPIN_SHARED: Duration = Duration::from_micros(20);
 
 /// A chunk's read taking longer than this came from the disk, not the page cache (256 KiB at
-/// under 256 MB/s; from the page cache it takes 30-150 µs).
+/// under 256 MB/s; from the page cache it takes a small fraction of this).
 const SLOW_READ: Duration = Duration::from_millis(1);
 
 /// Reads taking turns in the process now.

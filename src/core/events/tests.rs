@@ -395,7 +395,7 @@ fn a_keyed_retry_of_an_append_stored_under_looser_rules_returns_it() {
         assert_eq!(r.last_sequence("run_a").unwrap(), 1);
 
         // Also one whose large value was moved into an artifact: the retry's digest is taken
-        // after the same move (it used to be taken before, and never matched).
+        // after the same move, so it matches.
         let big = |key: &str| {
             let payload =
                 json!({"callId": "c", "durationMs": 1, "result": "x".repeat(300_000), "usage": {"costUsd": 1}});

@@ -6,7 +6,7 @@
 //! events always give the same state, byte for byte, because the state is written as canonical
 //! JSON and every sum is exact (see [`pricing`]).
 //!
-//! Rules (seed `000_*`, Materialization):
+//! Rules (the contract's Materialization section):
 //! - `RunStarted` / `RunCompleted` / `RunFailed` set the run's status (the latest wins, so a
 //!   resumed run is running again); step and parallel events move steps; any of them moves a
 //!   pending run to running; `OuterLoopCycleCompleted` with `supervise.kind: "done"` completes it.

@@ -91,8 +91,8 @@ impl OuterLoops {
         let turn = self.store.turn(&id);
         let _turn = unpoisoned(&turn);
         // The first manifest is placed only where none is: of two processes writing it at once,
-        // the second is then checked against the first's `inputHash` (both used to pass, and one's
-        // manifest was silently replaced). Later writes replace one with their own `inputHash`,
+        // the second is then checked against the first's `inputHash` rather than silently replacing
+        // the first's manifest. Later writes replace one with their own `inputHash`,
         // so none changes it.
         for _ in 0..ROUNDS {
             let stored = self.stored(&id)?;
@@ -217,7 +217,7 @@ fn merged(id: &str, mut manifest: Map<String, Value>, stored: Option<&Map<String
     Ok(canonical::to_string(&Value::Object(manifest)))
 }
 
-/// Check a manifest's shape (seed 001; `OuterLoopManifest` in `world.ts`) and return its id.
+/// Check a manifest's shape (`OuterLoopManifest` in `world.ts`) and return its id.
 /// Optional fields may be left out; fields the shape does not name are allowed.
 fn validate(m: &Map<String, Value>) -> Result<String> {
     let invalid = |path: &str, message: &str| Err(WorldError::validation(path, message));

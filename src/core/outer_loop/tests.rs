@@ -315,14 +315,14 @@ fn opening_removes_the_tmp_files_of_writers_that_are_gone_and_keeps_live_ones() 
     let old_dead = file("ol_1.json.2147483646.0-1.tmp");
     let old_live = file(&format!("ol_1.json.{me}.0-2.tmp"));
     // Named by this one: judged by the lock its writer holds, whatever the pid says. A writer
-    // in another pid namespace has a pid that means nothing here (it used to lose its file,
-    // and its write failed); a dead predecessor may have had this process's pid.
+    // in another pid namespace has a pid that means nothing here (judged by it, the file would
+    // be removed and the write fail); a dead predecessor may have had this process's pid.
     let held_elsewhere = file("ol_1.json.2147483646.0-3-flock.tmp");
     let writer = std::fs::File::open(&held_elsewhere).unwrap();
     assert_eq!(crate::core::process::lock_for_life(&writer), Some(true));
     let predecessor = file(&format!("ol_1.json.{me}.0-4-flock.tmp"));
     // Where an earlier version looks for the pid in a name, it finds this one's: it judges
-    // these files by pid as it judges its own (it used to find none, and removed live ones).
+    // these files by pid as it judges its own, and leaves live ones alone.
     let name = crate::core::durable::TmpFile::write_synced(&dir, "ol_9.json", b"{}").unwrap();
     let name = name.path.file_name().unwrap().to_str().unwrap().to_string();
     let stem = name.strip_suffix(".tmp").unwrap();

@@ -1,7 +1,6 @@
 //! Restoring a run's money from its durable events: the realized total and the conservative one.
 //!
-//! The rules are seed `004_*`'s fold rules, and each exists because a simpler one lost or
-//! double-counted money:
+//! Each rule exists because a simpler one lost or double-counted money:
 //!
 //! - **Realized = max over every durable ABSOLUTE total**: `node:completed` / `node:failed` /
 //!   `run:failed` / `run:cancelled` `.cumulativeCostMicrocents`, `run:completed.totalCostMicrocents`,

@@ -1,14 +1,14 @@
-//! The run-event vocabulary of seed `004_*` (a sister engine's `RunEvent` / `SessionEvent`).
+//! The run-event vocabulary (a sister engine's `RunEvent` / `SessionEvent`).
 //!
 //! This module owns the pure rules of that vocabulary, so the append path, the store, N-API and
 //! `world.ts` only call in:
 //! - [`validate_draft`] / [`validate_event`]: strict validation on write (a draft is the event without its envelope):
-//!   the type belongs to the stream, every field has its type and closed enum, the seed's
-//!   refinements hold, no envelope field is smuggled in, and no credential is carried
+//!   the type belongs to the stream, every field has its type and closed enum, the
+//!   cross-field refinements hold, no envelope field is smuggled in, and no credential is carried
 //!   ([`check_secrets`]).
-//! - [`parse_stored`]: the tolerant display read's one distinction (ADR-0074 §5): an unknown
+//! - [`parse_stored`]: the tolerant display read's one distinction: an unknown
 //!   type is a newer writer (drop the row), a known type that does not parse is corruption.
-//! - [`restore_costs`]: the seed's cost fold rules (realized = max over durable absolute totals,
+//! - [`restore_costs`]: the cost fold rules (realized = max over durable absolute totals,
 //!   conservative = commitments less releases), independent of row order.
 //! - [`fold`]: a run's status, nodes, pending gates and media jobs, budget and timeout state.
 //! - [`is_run_terminal`] / [`node_terminal`]: what the store needs to keep "nothing after a run's
@@ -72,8 +72,8 @@ pub fn is_known_type(t: &str) -> bool {
 }
 
 /// Strictly validate a draft for `stream`: its type belongs to the stream, every field of the
-/// type checks out (types, closed enums, non-negative safe integers, ISO-8601 instants, the seed's
-/// refinements), no envelope field is present, and no credential is carried. Unknown extra fields
+/// type checks out (types, closed enums, non-negative safe integers, ISO-8601 instants, the
+/// cross-field refinements), no envelope field is present, and no credential is carried. Unknown extra fields
 /// are allowed (additive evolution).
 pub fn validate_draft(stream: Stream, draft: &Map<String, Value>) -> Result<()> {
     let Some(t) = draft.get("type").and_then(Value::as_str) else {
@@ -107,7 +107,7 @@ pub fn validate_event(stream: Stream, t: &str, fields: &Map<String, Value>) -> R
     refine::on_write(t, fields)
 }
 
-/// A budget estimate (ADR-0074) that an event of type `t` commits or releases: its model, its
+/// A budget estimate that an event of type `t` commits or releases: its model, its
 /// amount field and that amount, and whether it releases. `None` for any other type, or fields
 /// that are not there.
 pub fn estimate_of<'m>(t: &str, fields: &'m Map<String, Value>) -> Option<(&'m str, &'static str, u64, bool)> {

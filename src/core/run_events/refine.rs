@@ -1,4 +1,4 @@
-//! The cross-field refinements seed `004_*` states, one function per rule.
+//! The cross-field refinements of the run events, one function per rule.
 //!
 //! Each runs after its shape's fields have checked out (so a required field is present and of
 //! its type) and names the field to fix in its refusal, never a value.

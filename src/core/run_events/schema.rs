@@ -1,7 +1,7 @@
 //! The field-rule engine the run-event shapes are written in.
 //!
 //! Same style as `log_types` (a table of fields, a rule per field, dotted names such as
-//! `tokensUsed.input`), with what seed `004_*` adds: booleans, ISO-8601 instants, UUIDs, arrays of
+//! `tokensUsed.input`), with what the run events add: booleans, ISO-8601 instants, UUIDs, arrays of
 //! ids and arrays of records (`patches[0].uri`), and a nested field that is only checked when its
 //! parent object is present (an optional `error` with required `error.code`). A shape's
 //! cross-field refinements run after its fields have checked out, so they can trust the types.

@@ -1,17 +1,16 @@
-//! Every event type of seed `004_*`'s `RunEvent` and `SessionEvent` unions, with its fields,
+//! Every event type of the sister engine's `RunEvent` and `SessionEvent` unions, with its fields,
 //! the stream(s) it may be carried on, and its cross-field refinements.
 //!
-//! Stream membership follows the seed's "Correlation key" and "Session event namespace"
-//! sections: the `agent:token` / `agent:reasoning` / `agent:tool_call` / `agent:tool_result` /
+//! Stream membership follows how the engine correlates events and namespaces session events: the `agent:token` / `agent:reasoning` / `agent:tool_call` / `agent:tool_result` /
 //! `cost:updated` / `agent:approval_requested` / `budget:estimate_committed` events are
 //! dual-envelope; `agent:file_patch_proposed` and `cost:attempt_settled` are run-only like the rest
 //! of the run union; `session:*` is session-only. One reserved type is declared too:
-//! `budget:estimate_released` (ADR-0074 §1), whose fields the seed settles and whose amount the
+//! `budget:estimate_released`, whose fields are settled and whose amount the
 //! conservative restore subtracts ("sum, less any release"); it carries the commit's envelope, so
 //! it is dual-envelope like `budget:estimate_committed`. The other reserved names (`iteration:*`,
 //! steering) have no settled fields and stay unknown.
 //!
-//! `node:completed.output` and `agent:tool_call.toolInput` are typed `unknown` in the seed: a
+//! `node:completed.output` and `agent:tool_call.toolInput` are typed `unknown` by the engine: a
 //! producer's `undefined` is an absent key once serialized, so they are optional here.
 
 use super::refine::*;
@@ -38,7 +37,7 @@ pub(super) struct Shape {
     pub refine: Option<Refine>,
 }
 
-/// The closed `ErrorCode` taxonomy (seed, "Error-code taxonomy").
+/// The closed `ErrorCode` taxonomy of the run events.
 pub(super) const ERROR_CODES: &[&str] = &[
     "validation",
     "content_filter",
@@ -58,7 +57,7 @@ pub(super) const ERROR_CODES: &[&str] = &[
 ];
 
 /// The session turn's stop reasons: the five LLM `StopReason`s plus the session-only `aborted`.
-/// The seed names the superset but not the five; these are the sister engine's `STOP_REASONS`.
+/// The five are the sister engine's `STOP_REASONS`.
 pub(super) const SESSION_STOP_REASONS: &[&str] = &["stop", "length", "tool_use", "content_filter", "error", "aborted"];
 
 const NODE: &[Field] = &[req("nodeId", NonEmpty)];
@@ -118,7 +117,7 @@ const fn refined(shape: Shape, refine: Refine) -> Shape {
     }
 }
 
-/// Every known type, in the seed's order: the run union, the reserved release, the session union.
+/// Every known type, in the engine's order: the run union, the reserved release, the session union.
 pub(super) static SHAPES: &[(&str, Shape)] = &[
     (
         "run:started",

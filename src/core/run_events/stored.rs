@@ -1,5 +1,5 @@
 //! Reading a stream of the store as run events (or session events): the display read and the
-//! replay read of seed 004.
+//! replay read.
 //!
 //! A stored row is an envelope; as a run event it is its payload's fields plus `type`, `runId`
 //! (or `sessionId`), `timestamp` (= `recordedAt`) and `sequenceNumber` (= `sequence`). The
@@ -97,7 +97,7 @@ pub fn read_log(reader: &dyn LogReader, stream_id: &str, strict: bool) -> Result
         // Rows appended with appendEvent are the usual cause (a run id given both kinds of
         // event); a run event of a newer version is the other.
         let why = if dropped.iter().all(|(_, t)| crate::core::log_types::is_known(t)) {
-            "events of seed 000's event log (appended with appendEvent) are not run events: a stream holds run events only, so give the two kinds of event different run ids"
+            "events appended with appendEvent are not run events: a stream holds run events only, so give the two kinds of event different run ids"
         } else {
             "an event appended with appendEvent is not a run event (give the two kinds of event different run ids), and a run event of a newer version needs a newer @little-workflow/world"
         };

@@ -69,7 +69,7 @@ impl World {
     }
 }
 
-/// A stream's status and cost in dollars: from the run-event fold for a seed-004 stream (a
+/// A stream's status and cost in dollars: from the run-event fold for a run-event stream (a
 /// session is `open` until `session:cancelled`), else from the materializer.
 fn stream_status(
     reader: &dyn LogReader,

@@ -360,8 +360,8 @@ fn a_read_only_open_needs_a_world_and_creates_nothing() {
 }
 
 /// A keyed append refused for its payload is answered by a read of its key, never by the writer:
-/// it does not wait for another process's write lock (it used to wait out the busy timeout and
-/// then fail with WORLD_IO), whether it was prepared on the caller's thread or the prep thread.
+/// it does not wait for another process's write lock (nor wait out the busy timeout and then
+/// fail with WORLD_IO), whether it was prepared on the caller's thread or the prep thread.
 #[test]
 fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
     let dir = tempfile::tempdir().unwrap();

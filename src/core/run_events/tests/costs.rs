@@ -1,4 +1,4 @@
-//! The cost restore against every trap seed `004_*` describes, each answer worked out by hand.
+//! The cost restore against every trap of the cost rules, each answer worked out by hand.
 
 use super::support::{ev, shuffled};
 use crate::core::run_events::{restore_costs, CostRestore};
@@ -124,7 +124,7 @@ fn attempt_after_last_node_boundary() {
 /// Run and budget absolutes. The root-cause node fails at 30,000; a sibling's abandoned paid media
 /// job (12,000) is folded just before run:failed, which snapshots 42,000. Summing the two
 /// snapshots gives 72,000; the answer is the larger, 42,000. budget:paused's spent (18,000) and
-/// budget:warning (not a durable absolute in the seed's list, 99,000) do not raise it.
+/// budget:warning (not a durable absolute total, 99,000) do not raise it.
 #[test]
 fn run_and_budget_absolutes() {
     let failed = json!({ "nodeId": "n1", "error": { "code": "provider_unavailable", "message": "503", "retryable": true },

@@ -1,5 +1,5 @@
 //! Every type of both unions: valid drafts and invalid ones (with the path the refusal names),
-//! taken from the seed's definitions; the stream split; envelope fields; the stored read.
+//! taken from the unions' definitions; the stream split; envelope fields; the stored read.
 
 use super::support::{draft, map, path_of, with, without};
 use crate::core::run_events::shapes::{Carried, SHAPES};

@@ -19,8 +19,8 @@ fn a_file_that_is_not_a_database_is_corruption() {
 
 #[test]
 fn a_foreign_database_is_refused_and_left_untouched() {
-    // Also one that keeps a user_version of its own, which used to pass for a world's schema
-    // version: switched to WAL, then failing, or opening as a world without tables.
+    // Also one that keeps a user_version of its own, which must not pass for a world's schema
+    // version (to be switched to WAL, then fail, or open as a world without tables).
     for (version, tables) in [(0, true), (1, true), (2, true), (3, true), (3, false), (7, true)] {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("events")).unwrap();
@@ -78,19 +78,19 @@ fn count_rows(reader: &SqliteReader, run_id: &str) -> usize {
 }
 
 #[test]
-fn a_transaction_now_runs_only_where_nothing_would_wait() {
+fn a_transaction_if_immediate_runs_only_where_nothing_would_wait() {
     // At `full` the commit syncs: never now.
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, _reader) = open(dir.path(), Durability::Full).unwrap();
     assert!(writer
-        .transaction_now(&mut |tx| insert_rows(tx, "run_n", 0, 1))
+        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 0, 1))
         .is_none());
 
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
     writer.transaction(&mut |tx| insert_rows(tx, "run_n", 0, 1)).unwrap();
     writer
-        .transaction_now(&mut |tx| insert_rows(tx, "run_n", 1, 1))
+        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 1, 1))
         .unwrap()
         .unwrap();
     assert_eq!(count_rows(&reader, "run_n"), 2);
@@ -108,14 +108,14 @@ fn a_transaction_now_runs_only_where_nothing_would_wait() {
         .unwrap();
     assert!(writer.checkpointer.as_ref().unwrap().wal.pages.load(Ordering::Relaxed) < 100);
     assert!(writer
-        .transaction_now(&mut |tx| insert_rows(tx, "run_n", 2, 1))
+        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 2, 1))
         .is_none());
     // A transaction that may wait commits, and checkpoints inside itself; the WAL starts over at
     // the next, and then a transaction runs now again.
     writer.transaction(&mut |tx| insert_rows(tx, "run_n", 2, 1)).unwrap();
     writer.transaction(&mut |tx| insert_rows(tx, "run_n", 3, 1)).unwrap();
     writer
-        .transaction_now(&mut |tx| insert_rows(tx, "run_n", 4, 1))
+        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 4, 1))
         .unwrap()
         .unwrap();
     assert_eq!(count_rows(&reader, "run_n"), 5);
@@ -126,7 +126,7 @@ fn a_transaction_now_runs_only_where_nothing_would_wait() {
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let asked = std::time::Instant::now();
     let mut ran = false;
-    let declined = writer.transaction_now(&mut |tx| {
+    let declined = writer.transaction_if_immediate(&mut |tx| {
         ran = true;
         insert_rows(tx, "run_n", 5, 1)
     });
@@ -146,7 +146,7 @@ fn a_transaction_now_runs_only_where_nothing_would_wait() {
 }
 
 #[test]
-fn a_transaction_now_is_declined_before_its_commit_could_checkpoint() {
+fn a_transaction_if_immediate_is_declined_before_its_commit_could_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
     writer.transaction(&mut |tx| insert_rows(tx, "run_w", 0, 1)).unwrap();
@@ -156,7 +156,7 @@ fn a_transaction_now_is_declined_before_its_commit_could_checkpoint() {
     let (mut rows, mut now) = (1, 0);
     loop {
         let before = writer.checkpointer.as_ref().unwrap().wal.pages.load(Ordering::Relaxed);
-        let outcome = writer.transaction_now(&mut |tx| insert_rows(tx, "run_w", rows, 100));
+        let outcome = writer.transaction_if_immediate(&mut |tx| insert_rows(tx, "run_w", rows, 100));
         if before >= CHECKPOINT_INLINE_AT - NOW_MARGIN {
             assert!(outcome.is_none(), "a commit now at {before} WAL pages");
             break;
@@ -192,7 +192,7 @@ fn wait_for(what: &str, ready: impl Fn() -> bool) {
 }
 
 #[test]
-fn a_transaction_now_is_declined_where_its_commit_would_start_the_wal_over() {
+fn a_transaction_if_immediate_is_declined_where_its_commit_would_start_the_wal_over() {
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
     let wal = writer.checkpointer.as_ref().unwrap().wal.clone();
@@ -204,7 +204,7 @@ fn a_transaction_now_is_declined_where_its_commit_would_start_the_wal_over() {
     // The next commit starts the WAL over, writing (and syncing) its header: not now.
     let mut ran = false;
     assert!(writer
-        .transaction_now(&mut |tx| {
+        .transaction_if_immediate(&mut |tx| {
             ran = true;
             insert_rows(tx, "run_s", 1200, 1)
         })
@@ -215,7 +215,7 @@ fn a_transaction_now_is_declined_where_its_commit_would_start_the_wal_over() {
     assert!(pages < 16, "the WAL did not start over: {pages} pages");
     assert_eq!(wal.checkpointed.load(Ordering::Relaxed), 0);
     writer
-        .transaction_now(&mut |tx| insert_rows(tx, "run_s", 1201, 1))
+        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_s", 1201, 1))
         .unwrap()
         .unwrap();
     assert_eq!(count_rows(&reader, "run_s"), 1202);
@@ -330,7 +330,7 @@ fn at_normal_the_writer_starts_writing_the_wal_back_as_commits_add_to_it() {
     let mut now = 0;
     for _ in 0..600 {
         let before = wal.written_back.load(Ordering::Relaxed);
-        match writer.transaction_now(&mut |tx| insert_rows(tx, "run_wb", n, 1)) {
+        match writer.transaction_if_immediate(&mut |tx| insert_rows(tx, "run_wb", n, 1)) {
             Some(done) => {
                 done.unwrap();
                 now += 1;
