@@ -34,7 +34,7 @@ export declare class NativeWorld {
    */
   append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null, strings?: Array<string> | undefined | null): Promise<string>
   /**
-   * Append a seed-004 draft (JSON text, `type` included) to a run (`session: false`) or a
+   * Append a run-event draft (JSON text, `type` included) to a run (`session: false`) or a
    * session; resolves with the envelope's canonical JSON.
    */
   appendDraft(streamId: string, draftJson: string, session: boolean): Promise<string>
@@ -106,7 +106,7 @@ export declare function canonicalizeJson(json: string): string
  */
 export declare function checkId(kind: string, id: string): void
 
-/** The run-event fold of seed 004 over a JSON array of run events; the state as canonical JSON. */
+/** The run-event fold over a JSON array of run events; the state as canonical JSON. */
 export declare function foldRunEventsJson(eventsJson: string): string
 
 /**
@@ -125,7 +125,7 @@ export declare function looksLikeCredential(s: string): boolean
  */
 export declare function materializeEventsJson(runId: string, eventsJson: string, pricingJson?: string | undefined | null): string
 
-/** The cost restore of seed 004 over a JSON array of run events. */
+/** The run-event cost restore over a JSON array of run events. */
 export declare function restoreRunCostsJson(eventsJson: string): string
 
 /** Check a JSON array of envelopes: one run, dense sequences from 1, ids that match their content. */

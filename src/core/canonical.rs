@@ -206,60 +206,8 @@ pub fn write_str(s: &str, out: &mut Vec<u8>) {
 }
 
 /// The index of the first byte that needs escaping in a JSON string (a control character, `"`
-/// or `\\`).
+/// or `\\`), looked for eight bytes at a time in a `u64`.
 fn first_escape(bytes: &[u8]) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    return first_escape_sse2(bytes);
-    #[cfg(not(target_arch = "x86_64"))]
-    return first_escape_swar(bytes);
-}
-
-/// [`first_escape`] sixteen bytes at a time, with the SSE2 every x86-64 processor has. Long
-/// payload strings are scanned whole before they are copied, and eight bytes at a time (below)
-/// the scan cost more than the string's sha256 (5.6% against 4.4% of the samples of 1,000
-/// appends of 64 KiB payloads). A 64 KiB string in cache: 5.9 µs that way, 2.7 µs this way; in
-/// those 1,000 appends, the preparing thread's CPU went from 110-116 ms to 90-95 ms.
-#[cfg(target_arch = "x86_64")]
-fn first_escape_sse2(bytes: &[u8]) -> Option<usize> {
-    use std::arch::x86_64::{
-        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
-    };
-    // SAFETY: SSE2 is part of x86-64, so these intrinsics are always available; every load reads
-    // 16 bytes starting at `offset`, and the loops run only while `offset + 16 <= bytes.len()`.
-    unsafe {
-        let quote = _mm_set1_epi8(b'"' as i8);
-        let backslash = _mm_set1_epi8(b'\\' as i8);
-        let control = _mm_set1_epi8(0x1f);
-        // Bytes that need escaping: equal to a quote or a backslash, or (unsigned) at most 0x1f.
-        let hits = |offset: usize| {
-            let x = _mm_loadu_si128(bytes.as_ptr().add(offset) as *const __m128i);
-            _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
-                _mm_cmpeq_epi8(_mm_min_epu8(x, control), x),
-            )
-        };
-        let mut offset = 0;
-        // Four vectors a step, tested together.
-        while offset + 64 <= bytes.len() {
-            let (a, b, c, d) = (hits(offset), hits(offset + 16), hits(offset + 32), hits(offset + 48));
-            if _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d))) != 0 {
-                break;
-            }
-            offset += 64;
-        }
-        while offset + 16 <= bytes.len() {
-            let mask = _mm_movemask_epi8(hits(offset));
-            if mask != 0 {
-                return Some(offset + mask.trailing_zeros() as usize);
-            }
-            offset += 16;
-        }
-        first_escape_swar(&bytes[offset..]).map(|p| offset + p)
-    }
-}
-
-/// [`first_escape`] eight bytes at a time, in a `u64`.
-fn first_escape_swar(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
@@ -395,16 +343,13 @@ mod tests {
         assert_eq!(first_escape("ÿÿÿÿÿÿÿÿ€€€".as_bytes()), None);
     }
 
-    /// Both scans, at every position of strings long enough to take every path of the vector one
-    /// (four vectors a step, one at a time, the bytes left over), against a byte-at-a-time search.
+    /// The scan, at every position of strings long enough to take every path of it (whole
+    /// words, the bytes left over), against a byte-at-a-time search.
     #[test]
     fn the_scans_agree_with_a_byte_at_a_time_search() {
         type Scan = fn(&[u8]) -> Option<usize>;
         let scans: &[(&str, Scan)] = &[
             ("first_escape", first_escape),
-            ("first_escape_swar", first_escape_swar),
-            #[cfg(target_arch = "x86_64")]
-            ("first_escape_sse2", first_escape_sse2),
         ];
         let naive = |v: &[u8]| v.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\');
         // Bytes around each edge that counts: 0x1f/0x20, 0x7f/0x80 and 0xff (unsigned).

@@ -40,13 +40,6 @@ struct Shared {
     in_flight: AtomicUsize,
     /// The one operation the JavaScript thread is waiting for in place, if any.
     waited: Mutex<Waited>,
-    /// Operations still expected to start from the continuations of the last group settled
-    /// together (touched on the JavaScript thread only). While any are, none is waited for in
-    /// place: the continuations run one after another in the same microtask drain, and each would
-    /// otherwise find nothing in flight, wait for its own commit and settle it before the next
-    /// starts, so a group of 64 concurrent appends became 64 one-row commits in a row, holding
-    /// the event loop for ~13 ms.
-    followers: AtomicUsize,
     /// How settling shares the JavaScript thread with the rest of the event loop.
     pacing: Mutex<Pacing>,
 }
@@ -126,7 +119,6 @@ impl JsCompleter {
             tsfn: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
             waited: Mutex::new(Waited::None),
-            followers: AtomicUsize::new(0),
             pacing: Mutex::new(Pacing::default()),
         });
         // One reference belongs to the threadsafe function and is dropped by its finalizer.
@@ -173,10 +165,6 @@ impl JsCompleter {
             sys::napi_create_promise(env, &mut deferred, &mut promise),
             "creating a promise"
         );
-        let followers = self.shared.followers.load(Ordering::Relaxed);
-        if followers > 0 {
-            self.shared.followers.store(followers - 1, Ordering::Relaxed);
-        }
         if self.shared.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
             if let Some(Tsfn(tsfn)) = self.shared.tsfn() {
                 check!(
@@ -188,10 +176,10 @@ impl JsCompleter {
         Ok((deferred as usize as Ticket, promise))
     }
 
-    /// Whether the operation just begun is the only one in flight and no others are expected
-    /// to follow it at once, so it may be waited for in place.
+    /// Whether the operation just begun is the only one in flight, so it may be waited for in
+    /// place.
     pub fn alone(&self) -> bool {
-        self.shared.in_flight.load(Ordering::Relaxed) == 1 && self.shared.followers.load(Ordering::Relaxed) == 0
+        self.shared.in_flight.load(Ordering::Relaxed) == 1
     }
 
     /// Whether the current burst of settling has room for one more promise (see [`Pacing`]).
@@ -421,11 +409,6 @@ unsafe fn resume(env: sys::napi_env, shared: &Shared) {
 
 unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {
     let n = batch.len();
-    if n > 1 {
-        // Their continuations may each start one more operation, in the microtask drain that
-        // follows this call.
-        shared.followers.store(n, Ordering::Relaxed);
-    }
     for (ticket, result) in batch {
         let mut scope = ptr::null_mut();
         sys::napi_open_handle_scope(env, &mut scope);
@@ -450,31 +433,6 @@ unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {
 unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<sys::napi_value> {
     let mut value = ptr::null_mut();
     let status = match out {
-        Output::Json(s) if s.len() >= EXTERNAL_STRING_MIN && s.is_ascii() => match external_latin1() {
-            // Hand a large ASCII text to V8 without copying it; the finalizer frees it.
-            Some(create) => {
-                let len = s.len() as isize;
-                let data = s.as_ptr();
-                let hint = Box::into_raw(Box::new(s));
-                let mut copied = false;
-                let status = create(
-                    env,
-                    data.cast(),
-                    len,
-                    Some(drop_text),
-                    hint.cast(),
-                    &mut value,
-                    &mut copied,
-                );
-                if status != sys::Status::napi_ok {
-                    // Not taken: the text is still ours to free. (When V8 copies it instead, Node
-                    // has already called the finalizer.)
-                    drop(Box::from_raw(hint));
-                }
-                status
-            }
-            None => sys::napi_create_string_utf8(env, data_of(&s), s.len() as isize, &mut value),
-        },
         Output::Json(s) => sys::napi_create_string_utf8(env, data_of(&s), s.len() as isize, &mut value),
         Output::Bytes(bytes) if bytes.is_empty() => {
             let mut data = ptr::null_mut();
@@ -529,42 +487,6 @@ fn data_of(s: &str) -> *const std::ffi::c_char {
 /// more). Given a longer external buffer, Node calls its finalizer and then fails, so a caller
 /// that frees the bytes on failure would free them twice.
 const MAX_BUFFER_LEN: usize = 1 << 32;
-
-/// Texts at least this long go to V8 as external strings when they are ASCII.
-const EXTERNAL_STRING_MIN: usize = 64 * 1024;
-
-type CreateExternalLatin1 = unsafe extern "C" fn(
-    sys::napi_env,
-    *const std::ffi::c_char,
-    isize,
-    sys::napi_finalize,
-    *mut c_void,
-    *mut sys::napi_value,
-    *mut bool,
-) -> sys::napi_status;
-
-/// `node_api_create_external_string_latin1`, when this Node has it (20.4 and later): looked up
-/// at run time, so an older Node falls back to copying instead of failing to load the addon.
-fn external_latin1() -> Option<CreateExternalLatin1> {
-    static FOUND: std::sync::OnceLock<Option<CreateExternalLatin1>> = std::sync::OnceLock::new();
-    *FOUND.get_or_init(|| {
-        #[cfg(unix)]
-        {
-            // SAFETY: dlsym with RTLD_DEFAULT looks the name up in the running process; when found
-            // it is Node's function of exactly this signature.
-            let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"node_api_create_external_string_latin1".as_ptr()) };
-            (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, CreateExternalLatin1>(f) })
-        }
-        #[cfg(not(unix))]
-        {
-            None
-        }
-    })
-}
-
-unsafe extern "C" fn drop_text(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
-    drop(Box::from_raw(hint.cast::<String>()));
-}
 
 unsafe extern "C" fn drop_bytes(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
     drop(Box::from_raw(hint.cast::<crate::core::bytes::Bytes>()));

@@ -7,7 +7,6 @@
 mod completion;
 mod functions;
 mod idle;
-mod text;
 mod world;
 
 use crate::core::error::WorldError;
@@ -40,8 +39,7 @@ impl napi::bindgen_prelude::ToNapiValue for RawValue {
 
 /// Keep this library loaded once a JavaScript environment has loaded it. Node unloads an addon
 /// loaded only by a worker thread when that worker exits, while the threads this library starts
-/// for the whole process (its I/O pool) and its allocator's per-thread state still point into it:
-/// the next worker to load it crashed the process (SIGSEGV), as a test runner's thread pool does.
+/// for the whole process (its I/O pool) still run its code: the next worker to load it crashed the process (SIGSEGV), as a test runner's thread pool does.
 /// Marked `RTLD_NODELETE`, it stays mapped until the process ends.
 #[cfg(unix)]
 #[napi_derive::module_init]

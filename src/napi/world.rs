@@ -1,7 +1,6 @@
 //! `NativeWorld`: one open world, as `world.ts` sees it.
 
 use super::completion::JsCompleter;
-use super::text::Text;
 use super::{guarded, throw, RawValue};
 use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
@@ -160,17 +159,16 @@ impl NativeWorld {
         env: Env,
         run_id: String,
         event_type: String,
-        #[napi(ts_arg_type = "string")] payload_json: Text,
+        payload_json: String,
         idempotency_key: Option<String>,
-        #[napi(ts_arg_type = "Array<string> | undefined | null")] strings: Option<Vec<Text>>,
+        #[napi(ts_arg_type = "Array<string> | undefined | null")] strings: Option<Vec<String>>,
     ) -> napi::Result<RawValue> {
         self.submit_with(&env, WAIT_IN_PLACE, |t, waiting| {
             let req = AppendRequest {
                 run_id,
                 event_type,
-                payload_json: payload_json.0,
+                payload_json,
                 strings: strings
-                    .map(|s| s.into_iter().map(|t| t.0).collect())
                     .unwrap_or_default(),
                 key: idempotency_key,
                 draft: None,
@@ -183,14 +181,14 @@ impl NativeWorld {
         })
     }
 
-    /// Append a seed-004 draft (JSON text, `type` included) to a run (`session: false`) or a
+    /// Append a run-event draft (JSON text, `type` included) to a run (`session: false`) or a
     /// session; resolves with the envelope's canonical JSON.
     #[napi(ts_return_type = "Promise<string>")]
     pub fn append_draft(
         &self,
         env: Env,
         stream_id: String,
-        #[napi(ts_arg_type = "string")] draft_json: Text,
+        draft_json: String,
         session: bool,
     ) -> napi::Result<RawValue> {
         self.submit(&env, |t| {
@@ -199,7 +197,7 @@ impl NativeWorld {
                 AppendRequest {
                     run_id: stream_id,
                     event_type: String::new(),
-                    payload_json: draft_json.0,
+                    payload_json: draft_json,
                     strings: Vec::new(),
                     key: None,
                     draft: Some(if session { Stream::Session } else { Stream::Run }),
@@ -234,7 +232,7 @@ impl NativeWorld {
         name: String,
         content_type: String,
         encoding: String,
-        #[napi(ts_arg_type = "string | undefined | null")] text: Option<Text>,
+        #[napi(ts_arg_type = "string | undefined | null")] text: Option<String>,
         bytes: Option<Buffer>,
     ) -> napi::Result<RawValue> {
         self.submit(&env, |t| {
@@ -246,7 +244,7 @@ impl NativeWorld {
                 encoding: Encoding::parse(&encoding)?,
             };
             let data = match (text, bytes) {
-                (Some(s), _) => Data::Text(s.0),
+                (Some(s), _) => Data::Text(s),
                 (None, Some(b)) => Data::Bytes(b.to_vec()),
                 (None, None) => return Err(WorldError::validation("input.payload", "is missing")),
             };

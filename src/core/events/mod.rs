@@ -44,7 +44,7 @@ pub struct AppendRequest {
     /// the caller's thread costs several times what copying them does.
     pub strings: Vec<String>,
     pub key: Option<String>,
-    /// `Some` for `appendRunEvent` / `appendSessionEvent`: the payload is a seed-004 draft.
+    /// `Some` for `appendRunEvent` / `appendSessionEvent`: the payload is a run-event draft.
     pub draft: Option<Stream>,
 }
 
@@ -84,7 +84,7 @@ pub struct PreparedAppend {
     pub refused: Option<WorldError>,
 }
 
-/// A seed-004 budget estimate (ADR-0074): `budget:estimate_committed` commits an amount to a
+/// A run-event budget estimate: `budget:estimate_committed` commits an amount to a
 /// model's conservative bucket, and `budget:estimate_released` gives part of it back. The writer
 /// refuses a release of more than the model has committed and not released, and a commitment
 /// that would take the stream's conservative total past 2^53 - 1: the cost restore reads either
@@ -581,28 +581,16 @@ pub fn commit_batch(
         outcomes.clear();
         let mut next: HashMap<&str, Cursor> = HashMap::new();
         for (item, head) in batch.iter().zip(heads.drain(..)) {
-            // An append that writes one row needs no savepoint (which would cost a copy of every
-            // page it touches): all before its insert only reads, a refused insert changes
-            // nothing, and what it adds to after the insert (its run's token counts) is never
-            // refused. A failure of the store itself (an I/O error, a damaged database) ends the
-            // whole group instead, since SQLite may have rolled the transaction back under it. An append that stores an artifact
-            // first has a savepoint, so that failing to store it fails that append alone.
-            let one_row = item.terminal.is_none() && item.estimate.is_none() && item.spill.is_none();
-            if !one_row {
-                tx.savepoint()?;
-            }
+            // Each append has a savepoint, so that an append refused (or failing to store the
+            // artifact it moved out) fails alone and the rest of the group commits.
+            tx.savepoint()?;
             match append_one(tx, artifacts, &mut next, item, head, recorded_at) {
                 Ok(envelope) => {
-                    if !one_row {
-                        tx.release()?;
-                    }
+                    tx.release()?;
                     outcomes.push(Ok(envelope));
                 }
-                Err(e) if one_row && matches!(e.code(), "WORLD_IO" | "EVENT_LOG_CORRUPT") => return Err(e),
                 Err(e) => {
-                    if !one_row {
-                        tx.rollback_to()?;
-                    }
+                    tx.rollback_to()?;
                     outcomes.push(Err(e));
                 }
             }
@@ -616,7 +604,7 @@ pub fn commit_batch(
 }
 
 /// Commit one append on the calling thread if the store can without waiting (see
-/// [`LogWriter::transaction_now`]); `None`, with `item` as it was, for the writer's thread.
+/// [`LogWriter::transaction_if_immediate`]); `None`, with `item` as it was, for the writer's thread.
 pub fn commit_now(
     writer: &mut dyn LogWriter,
     artifacts: &dyn Artifacts,
@@ -625,7 +613,7 @@ pub fn commit_now(
 ) -> Option<AppendOutcome> {
     let mut head = Some(std::mem::take(&mut item.head));
     let outcome = commit_one(artifacts, item, &mut head, recorded_at, |body| {
-        writer.transaction_now(body)
+        writer.transaction_if_immediate(body)
     });
     if outcome.is_none() {
         item.head = head.take().expect("a transaction that did not run left the head");

@@ -102,7 +102,7 @@ pub trait LogTx {
     fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>>;
     /// Record a terminal event. Fails, changing nothing, if that run or node already has one.
     fn insert_terminal(&mut self, run_id: &str, node: &str, sequence: u64, event_type: &str) -> Result<()>;
-    /// What `run_id` has committed and not released of `model`'s budget estimates (seed 004).
+    /// What `run_id` has committed and not released of `model`'s budget estimates.
     fn estimate(&mut self, run_id: &str, model: &str) -> Result<u64>;
     /// The conservative total of `run_id`: what is open, over its models.
     fn estimate_total(&mut self, run_id: &str) -> Result<u64>;
@@ -128,14 +128,16 @@ pub trait LogWriter: Send {
     /// Run `body` inside one write transaction and commit it; roll back if it fails.
     fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()>;
 
-    /// As [`LogWriter::transaction`], but only if the transaction needs no waiting: it can start
-    /// without waiting for another connection's lock, and its commit neither syncs to disk nor
-    /// checkpoints. `None` when it cannot (`body` has not run and nothing was written), and then
+    /// As [`LogWriter::transaction`], but only if the transaction runs without waiting: for a
+    /// lock another process holds, a sync to disk, a network round trip, or any other work of the
+    /// backend's own. `None` when it cannot (`body` has not run and nothing was written), and then
     /// the caller commits through [`LogWriter::transaction`] on a thread that may wait. For the
-    /// caller's own thread, which must not be held up (see `World::append_awaited`).
-    fn transaction_now(&mut self, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
-        None
-    }
+    /// caller's own thread, which must not be held up (see `World::append_awaited`). A backend
+    /// whose commits always wait answers `None` every time.
+    fn transaction_if_immediate(
+        &mut self,
+        body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>>;
 }
 
 /// What was committed after a mark, for live views: the streams that have new rows.

@@ -19,12 +19,10 @@ use std::sync::Arc;
 pub const INLINE_PREP_MAX: usize = 16 * 1024;
 
 /// Payloads up to this size (as JSON text) are prepared on the caller's thread while other
-/// appends are in flight too, when the prep thread has nothing queued. With 64 runs appending at
-/// once, each awaiting its last append (the bench's (b), 277-byte payloads), the prep thread spent
-/// three times its CPU waiting for a core, in the middle of each append's round trip; prepared on
-/// the caller's thread, such appends went 17-23% faster. Past about 500 bytes the preparing costs
-/// the caller's thread more than the hop saves (64 runs at once, in A/B runs: 337 bytes +4%,
-/// 437 bytes +2%, about 640 bytes -4%, 2 KiB -9%, 8 KiB -12%).
+/// appends are in flight too, when the prep thread has nothing queued. With many runs appending
+/// at once, each awaiting its last append, a prep thread spends most of each append's round trip
+/// waiting for a core; preparing a small payload on the caller's thread saves that hop. Past
+/// about 500 bytes the preparing costs the caller's thread more than the hop saves.
 pub const INLINE_UNDER_LOAD_MAX: usize = 512;
 
 /// Where appends go: the prep thread, or straight to the writer once prepared.
@@ -81,7 +79,7 @@ impl World {
     /// As [`World::append`], for a caller that waits for this append on its own thread. With
     /// nothing in flight and the writer idle, the append is committed right here when the store
     /// can commit it without waiting for a lock or a disk (at durability `normal`: see
-    /// [`LogWriter::transaction_now`]), and completed before this returns: the caller would
+    /// [`LogWriter::transaction_if_immediate`]), and completed before this returns: the caller would
     /// otherwise spend the same time waiting for the writer's thread, plus two thread hand-offs.
     pub fn append_awaited(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
         self.append_with(ticket, req, true)

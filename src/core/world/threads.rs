@@ -15,9 +15,6 @@ use std::sync::{Arc, Mutex};
 /// Most appends committed in one transaction.
 pub const MAX_GROUP: usize = 4096;
 
-/// How long the writer keeps looking for the next append before it parks, so that a caller
-/// awaiting each append in turn does not pay a thread wake-up per append.
-const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(60);
 
 /// What the writer does once every append queued before a close has committed, before the close
 /// completes: let go of the world's locks (see [`World::close`]).
@@ -92,6 +89,13 @@ impl LogWriter for ReadOnlyLog {
             message: "an append needs a writable world, and this one was opened read-only".into(),
         })
     }
+
+    fn transaction_if_immediate(
+        &mut self,
+        _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>> {
+        None
+    }
 }
 
 pub(super) fn writer_loop(
@@ -106,12 +110,9 @@ pub(super) fn writer_loop(
     let mut batch: Vec<PreparedAppend> = Vec::new();
     let mut counted = 0;
     loop {
-        // Spin only when nothing is in flight: the next append is then one a caller is awaiting
-        // alone. Under load, the prep and JavaScript threads need the cores more.
-        let spin = unsettled.load(Ordering::Acquire) == 0;
-        let first = match next_message(&rx, spin) {
-            Some(m) => m,
-            None => return,
+        let first = match rx.recv() {
+            Ok(m) => m,
+            Err(_) => return,
         };
         let mut close = None;
         let mut next = Some(first);
@@ -166,8 +167,8 @@ pub(super) fn writer_loop(
 }
 
 /// Bytes of appends the prep thread has prepared and the writer not yet committed, past which
-/// the prep thread waits for the writer. The writer is the slower of the two (per 64 KiB payload,
-/// ~90 µs of the prep thread's CPU against ~110 µs of the writer's), so a prep thread that ran on
+/// the prep thread waits for the writer. The writer is the slower of the two on large payloads,
+/// so a prep thread that ran on
 /// ahead only held a core that the checkpoint thread, which runs when a core is idle, could have
 /// used: the writer then checkpointed the WAL itself, inside its commits.
 pub(super) const BACKLOG_MAX: usize = 4 * 1024 * 1024;
@@ -251,19 +252,3 @@ impl Backlog {
     }
 }
 
-/// The next message for the writer: looked for briefly without sleeping (when `spin`), then
-/// waited for.
-fn next_message(rx: &Receiver<WriteMsg>, spin: bool) -> Option<WriteMsg> {
-    if !spin {
-        return rx.recv().ok();
-    }
-    let until = std::time::Instant::now() + WRITER_SPIN;
-    loop {
-        match rx.try_recv() {
-            Ok(m) => return Some(m),
-            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
-            Err(crossbeam_channel::TryRecvError::Empty) if std::time::Instant::now() < until => std::hint::spin_loop(),
-            Err(crossbeam_channel::TryRecvError::Empty) => return rx.recv().ok(),
-        }
-    }
-}

@@ -78,7 +78,6 @@ impl Checkpointer {
         let wal = Arc::new(WalState::default());
         let state = wal.clone();
         let thread = crate::core::runtime::start_thread("little-world-ckpt", move || {
-            run_when_idle();
             while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
                 loop {
                     let before = state.checkpointed.load(Ordering::Relaxed);
@@ -243,22 +242,6 @@ impl Writeback {
         #[cfg(not(target_os = "linux"))]
         let _ = (offset, len, &self.file, &self.wal);
         0
-    }
-}
-
-/// Let the calling thread run only when no other thread wants the CPU. Run at normal priority, the
-/// checkpoint thread took the JavaScript thread's core often enough to raise the event-loop stall
-/// p99 during (b) from ~2.6 to ~3.6 ms (5.4 ms at worst); at idle priority, 2.7-3.2 ms in A/B runs.
-/// Should it be starved, the writer's inline checkpoint still bounds the WAL.
-pub(super) fn run_when_idle() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sets the scheduling policy of the calling thread (pid 0), lowering it, which
-        // needs no privilege. On failure the thread keeps its normal priority.
-        unsafe {
-            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-        }
     }
 }
 

@@ -10,20 +10,6 @@ use std::time::Duration;
 /// How long a connection waits for another process's write lock before failing.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Process-wide SQLite settings, applied once before the first connection: no memory statistics,
-/// which would otherwise take a global mutex on every allocation.
-pub(super) fn configure_sqlite_once() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: sqlite3_config is called before this process opens its first connection through
-        // this copy of SQLite; if SQLite were already initialized it returns SQLITE_MISUSE and
-        // changes nothing, which is harmless.
-        unsafe {
-            rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as std::ffi::c_int);
-        }
-    });
-}
-
 /// Put the database in WAL mode (a no-op when it already is). Switching a fresh database needs an
 /// exclusive lock, and SQLite reports a concurrent opener's lock as busy at once rather than
 /// through the busy handler, so the switch is retried for as long as the busy timeout.
@@ -111,7 +97,6 @@ pub(super) fn connect(path: &Path, access: Access) -> Result<Connection> {
 /// Open a connection; `writer`: the world's writer, whose WAL writes are gathered (see
 /// [`super::wal_vfs`]) where that VFS could be registered.
 pub(super) fn connect_as(path: &Path, access: Access, writer: bool) -> Result<Connection> {
-    configure_sqlite_once();
     // SQLite would open a FIFO where one of its files belongs, and wait on it for ever. It keeps
     // the -wal and -shm beside the database's real path.
     let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());

@@ -134,7 +134,7 @@ impl SqliteWriter {
 }
 
 /// WAL pages short of [`CHECKPOINT_INLINE_AT`] past which a transaction is not committed now
-/// (see [`SqliteWriter::transaction_now`]): more than a transaction of one small append can add,
+/// (see [`SqliteWriter::transaction_if_immediate`]): more than a transaction of one small append can add,
 /// so that its commit never checkpoints inside itself.
 pub(super) const NOW_MARGIN: i32 = 256;
 
@@ -153,7 +153,7 @@ impl LogWriter for SqliteWriter {
     /// checkpoint has copied all of it) nor checkpoints inside itself (near
     /// [`CHECKPOINT_INLINE_AT`]). The WAL's size is read there, not taken from what this
     /// connection's hook was told, since other connections commit too.
-    fn transaction_now(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
+    fn transaction_if_immediate(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
         let wal = self.checkpointer.as_ref()?.wal.clone();
         self.conn.busy_timeout(Duration::ZERO).ok()?;
         let begun = self.exec("BEGIN IMMEDIATE", "beginning a write transaction");
