@@ -9,4 +9,3 @@ pub mod core;
 // napi-derive registers the exports only outside `cargo test`.
 #[cfg_attr(test, allow(dead_code))]
 mod napi;
-

@@ -1,6 +1,6 @@
 /**
- * The pure-TypeScript world the native one replaces, written as a good engineer would:
- * better-sqlite3 in WAL mode with `synchronous` set explicitly, one row per event holding the
+ * The pure-TypeScript world the benchmark measures the native one against. Written as a good
+ * engineer would: better-sqlite3 in WAL mode with `synchronous` set explicitly, one row per event holding the
  * whole envelope as canonical JSON beside the indexed columns, a per-run promise chain around
  * `SELECT MAX(sequence)` then `INSERT`, JCS through the npm `canonicalize`, sha256 from
  * `node:crypto`, reads that parse the stored envelope and deep-freeze it, artifacts as

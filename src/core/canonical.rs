@@ -348,9 +348,7 @@ mod tests {
     #[test]
     fn the_scans_agree_with_a_byte_at_a_time_search() {
         type Scan = fn(&[u8]) -> Option<usize>;
-        let scans: &[(&str, Scan)] = &[
-            ("first_escape", first_escape),
-        ];
+        let scans: &[(&str, Scan)] = &[("first_escape", first_escape)];
         let naive = |v: &[u8]| v.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\');
         // Bytes around each edge that counts: 0x1f/0x20, 0x7f/0x80 and 0xff (unsigned).
         let fill = [b'a', b' ', 0x7f, 0x80, 0xe9, 0xff];

@@ -100,8 +100,12 @@ pub struct JsCompleter {
 
 type Batch = Vec<(Ticket, crate::core::error::Result<Output>)>;
 
+/// Run an N-API call and turn a failed status into an error. Used only on the JavaScript thread,
+/// with the `env` of the call in progress.
 macro_rules! check {
     ($e:expr, $what:expr) => {{
+        // SAFETY: every use passes the current call's `env` and pointers to locals that outlive
+        // the call, on the JavaScript thread.
         let status = unsafe { $e };
         if status != sys::Status::napi_ok {
             return Err(napi::Error::from_reason(format!(
@@ -149,6 +153,8 @@ impl JsCompleter {
         *shared.tsfn.lock().expect("fresh lock") = Some(Tsfn(tsfn));
         // The idle handle finds the shared state through its data pointer; the threadsafe
         // function's finalizer closes the handle before releasing that state.
+        // SAFETY: `env` is the current call's, on the JavaScript thread, and the pointer stays
+        // valid until that finalizer (which holds its own reference to `shared`) has run.
         shared.pacing.lock().expect("fresh lock").idle = unsafe { Idle::new(env, Arc::as_ptr(&shared).cast()) };
         check!(
             sys::napi_unref_threadsafe_function(env, tsfn),
@@ -231,6 +237,8 @@ impl JsCompleter {
 
     /// Settle a ticket right away on the JavaScript thread (an error found before any work).
     pub fn settle_now(&self, env: sys::napi_env, ticket: Ticket, result: crate::core::error::Result<Output>) {
+        // SAFETY: called on the JavaScript thread with the current call's `env`, for a ticket
+        // `begin` made and nothing else settles.
         unsafe { settle_batch(env, &self.shared, vec![(ticket, result)]) };
     }
 }
@@ -260,12 +268,15 @@ impl Shared {
             return; // Node has torn the environment down; nobody is left to settle these.
         };
         let data = Box::into_raw(Box::new(batch));
+        // SAFETY: `tsfn` is alive while the guard is held (Node's finalizer clears it under the
+        // same lock), and N-API may be called from any thread for a threadsafe function.
         let status = unsafe {
             sys::napi_call_threadsafe_function(tsfn, data.cast(), sys::ThreadsafeFunctionCallMode::nonblocking)
         };
         drop(guard);
         if status != sys::Status::napi_ok {
             // The environment is shutting down; nobody is left to settle these promises.
+            // SAFETY: the call failed, so `call_js` never received `data`, which is still ours.
             drop(unsafe { Box::from_raw(data) });
         }
     }
@@ -279,11 +290,18 @@ impl Drop for JsCompleter {
     fn drop(&mut self) {
         let guard = self.shared.tsfn.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(Tsfn(tsfn)) = *guard {
+            // SAFETY: the function is alive (the lock is held and Node has not finalized it),
+            // and this completer's reference is released once, here.
             unsafe { sys::napi_release_threadsafe_function(tsfn, sys::ThreadsafeFunctionReleaseMode::release) };
         }
     }
 }
 
+/// Node's finalizer of the threadsafe function.
+///
+/// SAFETY: Node calls it once, on the JavaScript thread, with the `Shared` reference that
+/// `JsCompleter::new` gave the function (`Arc::into_raw`), which is taken back here. The idle
+/// handle, whose data is that `Shared`, is closed before the reference is dropped.
 unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     let shared = Arc::from_raw(data.cast::<Shared>());
     *shared.tsfn.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -293,6 +311,12 @@ unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mu
     }
 }
 
+/// The threadsafe function's call: settles a group sent by [`Shared::send`].
+///
+/// SAFETY: Node calls it on the JavaScript thread, once per queued call, with `data` the
+/// `Box<Batch>` that `send` gave up (owned here from now on) and `context` the function's
+/// `Shared`, alive until `finalize`, which runs after every queued call. A null `env` (the
+/// environment tearing down) only drops the group.
 unsafe extern "C" fn call_js(env: sys::napi_env, _cb: sys::napi_value, context: *mut c_void, data: *mut c_void) {
     let batch = *Box::from_raw(data.cast::<Batch>());
     if env.is_null() {
@@ -315,6 +339,8 @@ unsafe extern "C" fn call_js(env: sys::napi_env, _cb: sys::napi_value, context: 
 
 /// Settle a group within the current burst, beginning one if none is running; past the burst's
 /// budget, the groups after it wait for the loop to turn.
+///
+/// SAFETY: as for [`settle_batch`], and on the JavaScript thread, which owns the idle handle.
 unsafe fn settle_paced(env: sys::napi_env, shared: &Shared, batch: Batch) {
     shared.pacing().count(batch.len());
     settle_batch(env, shared, batch);
@@ -369,6 +395,10 @@ impl Pacing {
 }
 
 /// The idle handle: the loop has turned (its timers have run) since the burst began.
+///
+/// SAFETY: libuv calls it on the loop's thread, the JavaScript thread, with the handle
+/// `JsCompleter::new` made, whose data is the world's `Shared`: `finalize` closes the handle
+/// before releasing the function's reference, so that `Shared` outlives every call.
 unsafe extern "C" fn on_turn(handle: *mut c_void) {
     let shared = &*Idle::data(handle).cast::<Shared>();
     let waiting = {
@@ -386,6 +416,8 @@ unsafe extern "C" fn on_turn(handle: *mut c_void) {
 }
 
 /// Settle what waited, in order, in a new burst.
+///
+/// SAFETY: as for [`settle_paced`]; every group stashed holds tickets no one else settles.
 unsafe fn resume(env: sys::napi_env, shared: &Shared) {
     {
         let mut pacing = shared.pacing();
@@ -407,6 +439,12 @@ unsafe fn resume(env: sys::napi_env, shared: &Shared) {
     }
 }
 
+/// Resolve or reject each ticket's promise, and unreference the function once none is in
+/// flight.
+///
+/// SAFETY: on the JavaScript thread with the `env` of the call in progress. Each ticket is a
+/// `napi_deferred` that [`JsCompleter::begin`] made and that is settled nowhere else: settling it
+/// here consumes it.
 unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {
     let n = batch.len();
     for (ticket, result) in batch {
@@ -430,6 +468,11 @@ unsafe fn settle_batch(env: sys::napi_env, shared: &Shared, batch: Batch) {
     }
 }
 
+/// A JavaScript value for `out`; its bytes, if any, go to an external `Buffer`, which owns them
+/// from then on.
+///
+/// SAFETY: on the JavaScript thread with the `env` of the call in progress, inside a handle scope
+/// that the returned value belongs to.
 unsafe fn to_js(env: sys::napi_env, out: Output) -> crate::core::error::Result<sys::napi_value> {
     let mut value = ptr::null_mut();
     let status = match out {
@@ -488,11 +531,18 @@ fn data_of(s: &str) -> *const std::ffi::c_char {
 /// that frees the bytes on failure would free them twice.
 const MAX_BUFFER_LEN: usize = 1 << 32;
 
+/// The finalizer of an external `Buffer` made by [`to_js`].
+///
+/// SAFETY: Node calls it once, when the buffer is let go of, with `hint` the `Box<Bytes>` that
+/// `to_js` gave up and whose memory the buffer used; JavaScript no longer reaches those bytes.
 unsafe extern "C" fn drop_bytes(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
     drop(Box::from_raw(hint.cast::<crate::core::bytes::Bytes>()));
 }
 
 /// A JavaScript `Error` for `e`, with `code` and a JSON `details` string for `world.ts`.
+///
+/// SAFETY: on the JavaScript thread with the `env` of the call in progress, inside a handle scope
+/// that the returned value belongs to.
 pub unsafe fn error_value(env: sys::napi_env, e: &WorldError) -> sys::napi_value {
     let mut code = ptr::null_mut();
     let mut msg = ptr::null_mut();

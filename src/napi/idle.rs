@@ -75,7 +75,11 @@ unsafe impl Send for Idle {}
 
 impl Idle {
     /// A stopped idle handle on `env`'s loop whose callback finds `data` with [`Idle::data`];
-    /// `None` when libuv is not reachable. Must run on the JavaScript thread.
+    /// `None` when libuv is not reachable.
+    ///
+    /// SAFETY: on the JavaScript thread with the `env` of the call in progress. `data` must stay
+    /// valid until the handle is closed with [`Idle::close`] (dropping an `Idle` leaves the handle
+    /// on the loop), and the handle is used on that thread only.
     pub unsafe fn new(env: sys::napi_env, data: *const c_void) -> Option<Idle> {
         let uv = uv()?;
         let mut event_loop = std::ptr::null_mut();
@@ -98,11 +102,17 @@ impl Idle {
     }
 
     /// The `data` given to [`Idle::new`], from the handle a callback receives.
+    ///
+    /// SAFETY: `handle` is one that [`Idle::new`] made and libuv has not yet freed, as the one
+    /// passed to its callback is; its first word is that `data`.
     pub unsafe fn data(handle: *mut c_void) -> *const c_void {
         *handle.cast::<*const c_void>()
     }
 
     /// Run `cb` on each turn of the loop from now on; false if libuv refused.
+    ///
+    /// SAFETY: on the JavaScript thread, whose loop owns the handle. `cb` runs there with this
+    /// handle until it is stopped or closed, and must be sound with the `data` it was made with.
     pub unsafe fn start(&mut self, cb: UvIdleCb) -> bool {
         if !self.started {
             if let Some(uv) = uv() {
@@ -112,6 +122,9 @@ impl Idle {
         self.started
     }
 
+    /// Stop running the callback.
+    ///
+    /// SAFETY: on the JavaScript thread, whose loop owns the handle.
     pub unsafe fn stop(&mut self) {
         if self.started {
             if let Some(uv) = uv() {
@@ -122,6 +135,9 @@ impl Idle {
     }
 
     /// Close the handle; its memory is freed once libuv is done with it.
+    ///
+    /// SAFETY: on the JavaScript thread, whose loop owns the handle. Once closed, the callback no
+    /// longer runs, and the `Idle` is consumed, so nothing uses the handle again.
     pub unsafe fn close(self) {
         if let Some(uv) = uv() {
             (uv.close)(self.handle, Some(free_handle));
@@ -129,6 +145,10 @@ impl Idle {
     }
 }
 
+/// libuv's close callback: frees a handle's memory.
+///
+/// SAFETY: libuv calls it once, on the loop's thread, after [`Idle::close`], with the handle that
+/// [`Idle::new`] allocated (as many words as computed here); libuv no longer uses it.
 unsafe extern "C" fn free_handle(handle: *mut c_void) {
     let words = uv().map_or(1, |uv| (uv.handle_size)(UV_IDLE).div_ceil(8).max(1));
     drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(

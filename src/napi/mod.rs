@@ -14,6 +14,7 @@ use napi::{sys, Env, Status};
 
 /// Throw `e` as a JavaScript error carrying its `code` and `details`.
 pub(crate) fn throw(env: &Env, e: &WorldError) -> napi::Error {
+    // SAFETY: `env` is the current call's, on the JavaScript thread.
     unsafe {
         let value = completion::error_value(env.raw(), e);
         sys::napi_throw(env.raw(), value);
@@ -32,6 +33,9 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, WorldError>) -> Result<T,
 pub struct RawValue(sys::napi_value);
 
 impl napi::bindgen_prelude::ToNapiValue for RawValue {
+    /// SAFETY: napi-rs calls it on the JavaScript thread to return a value from the call in
+    /// progress; the value was made in that call (a promise from `JsCompleter::begin`), so it is
+    /// still valid in its handle scope.
     unsafe fn to_napi_value(_env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
         Ok(val.0)
     }

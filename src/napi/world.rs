@@ -168,8 +168,7 @@ impl NativeWorld {
                 run_id,
                 event_type,
                 payload_json,
-                strings: strings
-                    .unwrap_or_default(),
+                strings: strings.unwrap_or_default(),
                 key: idempotency_key,
                 draft: None,
             };

@@ -1,3 +1,6 @@
+//! Artifacts on both backends: content addressing, verified reads, tampering, concurrent writers
+//! and what a crash leaves behind.
+
 use super::*;
 use crate::core::durable::create_dir_synced;
 use std::fs;
@@ -68,7 +71,7 @@ fn a_large_blob_reads_back_exactly_and_a_flipped_byte_anywhere_is_caught() {
 }
 
 #[test]
-fn large_blobs_read_in_turn_come_back_exactly_in_reused_buffers() {
+fn large_blobs_read_in_turn_come_back_exactly() {
     // Three blobs of sizes that share a buffer size class, read in turn and let go of each time:
     // each read after the first takes over the pages of an earlier one, stale bytes and all.
     let dir = tempfile::tempdir().unwrap();

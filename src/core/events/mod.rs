@@ -4,8 +4,8 @@
 //! on what is already stored (ids, the payload's JSON, the known type's shape, `costUsd`, artifact
 //! references) and produces the canonical payload and the request digest. [`commit_batch`] then
 //! runs inside one write transaction of a backend: for each prepared append (in a savepoint of its
-//! own when it writes more than one row) it answers an idempotent retry from the stored row, or
-//! takes the next dense sequence, builds the envelope and inserts it. A rejected append writes
+//! own) it answers an idempotent retry from the stored row, or takes the next dense sequence,
+//! builds the envelope and inserts it. A rejected append writes
 //! nothing and consumes no sequence.
 
 pub mod packed;

@@ -1,3 +1,6 @@
+//! The append rules on both backends: dense sequences, idempotent retries, payload rules, artifact
+//! references, canonical envelopes and the log's shape check.
+
 use super::*;
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::sqlite::{self, Durability};

@@ -1,3 +1,5 @@
+//! The materializer: hand-computed cases, exact money, refused logs, and the two-thread fold.
+
 use super::*;
 use serde_json::json;
 

@@ -1,3 +1,5 @@
+//! Outer-loop manifests: the `inputHash` check, the recovery marker, races and crash leftovers.
+
 use super::*;
 use std::fs;
 use std::path::{Path, PathBuf};

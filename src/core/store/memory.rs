@@ -251,10 +251,7 @@ impl LogWriter for MemoryLog {
     }
 
     /// A memory commit takes only the map's lock, which no one holds for long.
-    fn transaction_if_immediate(
-        &mut self,
-        body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
-    ) -> Option<Result<()>> {
+    fn transaction_if_immediate(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
         Some(self.transaction(body))
     }
 }

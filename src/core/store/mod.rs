@@ -134,10 +134,7 @@ pub trait LogWriter: Send {
     /// the caller commits through [`LogWriter::transaction`] on a thread that may wait. For the
     /// caller's own thread, which must not be held up (see `World::append_awaited`). A backend
     /// whose commits always wait answers `None` every time.
-    fn transaction_if_immediate(
-        &mut self,
-        body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
-    ) -> Option<Result<()>>;
+    fn transaction_if_immediate(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>>;
 }
 
 /// What was committed after a mark, for live views: the streams that have new rows.

@@ -62,9 +62,9 @@ pub(super) enum PrepMsg {
 // save channel slots that are few and short-lived.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum WriteMsg {
-    /// An append, and the bytes the prep thread counted into the [`Backlog`] for it (0 from the
-    /// caller's thread).
-    Append(Ticket, PreparedAppend, usize),
+    /// An append, the bytes the prep thread counted into the [`Backlog`] for it (0 from the
+    /// caller's thread), and whether its caller awaits it alone (see [`writer_loop`]).
+    Append(Ticket, PreparedAppend, usize, bool),
     Close(Ticket, AfterClose),
 }
 
@@ -113,7 +113,8 @@ impl World {
                 // Answered by the prep thread with a read of its key, and never by the writer.
                 return submit.to_prep(PrepMsg::Refused(ticket, Box::new(prepared)));
             }
-            let prepared = if awaited && idle {
+            let alone = awaited && idle;
+            let prepared = if alone {
                 self.commit_now(ticket, prepared)
             } else {
                 Some(prepared)
@@ -122,7 +123,7 @@ impl World {
                 return Ok(());
             };
             submit.unsettled.fetch_add(1, Ordering::AcqRel);
-            if submit.write.send(WriteMsg::Append(ticket, prepared, 0)).is_err() {
+            if submit.write.send(WriteMsg::Append(ticket, prepared, 0, alone)).is_err() {
                 submit.unsettled.fetch_sub(1, Ordering::AcqRel);
                 return Err(WorldError::Closed);
             }

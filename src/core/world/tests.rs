@@ -1,3 +1,5 @@
+//! A world's threads: call order, group commits, close, read-only worlds and the thread limit.
+
 use super::threads::BACKLOG_MAX;
 use super::*;
 use crate::core::events;

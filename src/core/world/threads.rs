@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 /// Most appends committed in one transaction.
 pub const MAX_GROUP: usize = 4096;
 
-
 /// What the writer does once every append queued before a close has committed, before the close
 /// completes: let go of the world's locks (see [`World::close`]).
 pub(super) type AfterClose = Box<dyn FnOnce() + Send>;
@@ -90,10 +89,7 @@ impl LogWriter for ReadOnlyLog {
         })
     }
 
-    fn transaction_if_immediate(
-        &mut self,
-        _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
-    ) -> Option<Result<()>> {
+    fn transaction_if_immediate(&mut self, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
         None
     }
 }
@@ -109,16 +105,26 @@ pub(super) fn writer_loop(
     let mut tickets: Vec<Ticket> = Vec::new();
     let mut batch: Vec<PreparedAppend> = Vec::new();
     let mut counted = 0;
+    // Whether the last group was one append its caller awaited alone, which the store could not
+    // commit on the caller's thread: that caller's next append is then likely to follow within
+    // microseconds, and a writer that parked would pay a thread wake-up for each of them.
+    let mut lone = false;
     loop {
-        let first = match rx.recv() {
-            Ok(m) => m,
-            Err(_) => return,
+        let first = if lone && unsettled.load(Ordering::Acquire) == 0 {
+            next_soon(&rx)
+        } else {
+            rx.recv().ok()
         };
+        let Some(first) = first else {
+            return;
+        };
+        lone = false;
         let mut close = None;
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
-                WriteMsg::Append(t, p, bytes) => {
+                WriteMsg::Append(t, p, bytes, alone) => {
+                    lone = alone && tickets.is_empty();
                     tickets.push(t);
                     batch.push(p);
                     counted += bytes;
@@ -130,6 +136,7 @@ pub(super) fn writer_loop(
             }
             if batch.len() < MAX_GROUP {
                 next = rx.try_recv().ok();
+                lone &= next.is_none();
             }
         }
         if !batch.is_empty() {
@@ -162,6 +169,23 @@ pub(super) fn writer_loop(
             drop(writer.lock().unwrap_or_else(|p| p.into_inner()).take());
             completer.complete(vec![(t, Ok(Output::Unit))]);
             return;
+        }
+    }
+}
+
+/// How long the writer looks for the next append before it parks, after one awaited alone.
+const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(60);
+
+/// The next message for the writer: looked for without sleeping for [`WRITER_SPIN`], then
+/// waited for.
+fn next_soon(rx: &Receiver<WriteMsg>) -> Option<WriteMsg> {
+    let until = std::time::Instant::now() + WRITER_SPIN;
+    loop {
+        match rx.try_recv() {
+            Ok(m) => return Some(m),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) if std::time::Instant::now() < until => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Empty) => return rx.recv().ok(),
         }
     }
 }
@@ -200,7 +224,7 @@ impl ToWriter {
     fn append(&self, ticket: Ticket, prepared: PreparedAppend) {
         let bytes = prepared.head.len();
         self.backlog.add(bytes);
-        if self.tx.send(WriteMsg::Append(ticket, prepared, bytes)).is_err() {
+        if self.tx.send(WriteMsg::Append(ticket, prepared, bytes, false)).is_err() {
             // No writer: nothing will drain it.
             self.backlog.remove(bytes);
             return;
@@ -251,4 +275,3 @@ impl Backlog {
         }
     }
 }
-

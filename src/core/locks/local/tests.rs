@@ -1,3 +1,5 @@
+//! Lock directories: one holder at a time, waiting, and recovery from owners killed at every step.
+
 use super::super::Locks;
 use super::*;
 use std::path::{Path, PathBuf};

@@ -1,3 +1,6 @@
+//! The SQLite store: foreign and damaged files, the writer's transactions, the checkpoint thread,
+//! writeback and the gathered WAL.
+
 use super::checkpoint::*;
 use super::connect::*;
 use super::files::*;

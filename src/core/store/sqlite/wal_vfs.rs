@@ -156,6 +156,13 @@ unsafe fn gather<'a>(file: *mut ffi::sqlite3_file) -> &'a mut Gather {
     &mut *(*(file as *mut WalFile)).gather
 }
 
+/// SQLite's xOpen for this VFS: a WAL is opened by the default VFS inside a `WalFile`, any other
+/// file as the default VFS's own object.
+///
+/// SAFETY: SQLite calls it only through this VFS, so after `register` has set `BASE`, with `file`
+/// pointing to `szOsFile` bytes it allocated (room for a `WalFile` and, at `INNER_AT`, the default
+/// VFS's object) and keeps until the file is closed, and `name` and `out_flags` as the default
+/// VFS's xOpen takes them. A WAL's `Gather` is boxed here and owned by the file until `x_close`.
 unsafe extern "C" fn x_open(
     _vfs: *mut ffi::sqlite3_vfs,
     name: ffi::sqlite3_filename,
@@ -189,6 +196,13 @@ unsafe extern "C" fn x_open(
     ffi::SQLITE_OK
 }
 
+/// The methods of a WAL opened through this VFS.
+///
+/// SAFETY: the contract every `x_` method below relies on. SQLite calls them only with a file
+/// `x_open` opened as a WAL and `x_close` has not yet closed, so `file` is a `WalFile` with a live
+/// `Gather` and an open inner file. The file belongs to one connection, which one thread uses at
+/// a time, so calls on it never overlap and nothing else holds its `Gather`.
+/// Pointer arguments are valid for the call, as SQLite's own methods take them.
 static WAL_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
     iVersion: 1,
     xClose: Some(x_close),
@@ -212,6 +226,9 @@ static WAL_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
 };
 
 /// Write `bytes` at `offset` to the file itself, in writes of at most `WRITE_MAX` bytes.
+///
+/// SAFETY: within an xMethod call on `file`, under the contract of [`WAL_METHODS`]; the caller
+/// holds no reference from [`gather`] across the call.
 unsafe fn write_through(file: *mut ffi::sqlite3_file, bytes: &[u8], offset: i64) -> c_int {
     let write = methods(file).xWrite.expect("the default VFS writes");
     for (i, piece) in bytes.chunks(WRITE_MAX).enumerate() {
@@ -230,6 +247,8 @@ unsafe fn write_through(file: *mut ffi::sqlite3_file, bytes: &[u8], offset: i64)
 
 /// Write what is gathered. On failure it is dropped: the transaction it belonged to fails, and
 /// SQLite writes its frames again, if at all, in a later one.
+///
+/// SAFETY: as for [`write_through`].
 unsafe fn flush(file: *mut ffi::sqlite3_file) -> c_int {
     let g = gather(file);
     g.next = Expect::Nothing;
@@ -245,6 +264,8 @@ unsafe fn flush(file: *mut ffi::sqlite3_file) -> c_int {
 }
 
 /// The WAL's page size, read from its header if not yet known.
+///
+/// SAFETY: as for [`write_through`].
 unsafe fn known_page(file: *mut ffi::sqlite3_file) -> Option<usize> {
     let g = gather(file);
     if g.page.is_some() || g.looked {
@@ -261,6 +282,8 @@ unsafe fn known_page(file: *mut ffi::sqlite3_file) -> Option<usize> {
     page
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`]; `data`, when not null, holds `amount` bytes for the
+/// call.
 unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, data: *const c_void, amount: c_int, offset: i64) -> c_int {
     if amount <= 0 || data.is_null() {
         // Never asked of a WAL; passed on as it came.
@@ -279,6 +302,8 @@ unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, data: *const c_void, 
 
 /// Gather `bytes` if they continue the WAL's format where they go; otherwise write what is
 /// gathered and then them.
+///
+/// SAFETY: as for [`write_through`]; `bytes` are the caller's, not what is gathered.
 unsafe fn write(file: *mut ffi::sqlite3_file, bytes: &[u8], offset: i64) -> c_int {
     // Read from the WAL's header (once) only for what may be a frame header.
     let page = if bytes.len() == FRAME_HEADER {
@@ -343,6 +368,8 @@ unsafe fn write(file: *mut ffi::sqlite3_file, bytes: &[u8], offset: i64) -> c_in
     ffi::SQLITE_OK
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`]; SQLite closes a file once and calls none of its
+/// methods after, so the `Gather` freed here is never reached again.
 unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
     let flushed = flush(file);
     let rc = (methods(file).xClose.expect("the default VFS closes"))(inner(file));
@@ -355,6 +382,7 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
     }
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`]; `data` has room for `amount` bytes for the call.
 unsafe extern "C" fn x_read(file: *mut ffi::sqlite3_file, data: *mut c_void, amount: c_int, offset: i64) -> c_int {
     let rc = flush(file);
     if rc != ffi::SQLITE_OK {
@@ -363,6 +391,7 @@ unsafe extern "C" fn x_read(file: *mut ffi::sqlite3_file, data: *mut c_void, amo
     (methods(file).xRead.expect("the default VFS reads"))(inner(file), data, amount, offset)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`].
 unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int {
     let rc = flush(file);
     if rc != ffi::SQLITE_OK {
@@ -373,6 +402,7 @@ unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_in
     (methods(file).xTruncate.expect("the default VFS truncates"))(inner(file), size)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`].
 unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
     let rc = flush(file);
     if rc != ffi::SQLITE_OK {
@@ -381,6 +411,7 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int
     (methods(file).xSync.expect("the default VFS syncs"))(inner(file), flags)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`]; `size` is writable for the call.
 unsafe extern "C" fn x_file_size(file: *mut ffi::sqlite3_file, size: *mut i64) -> c_int {
     let rc = flush(file);
     if rc != ffi::SQLITE_OK {
@@ -389,26 +420,33 @@ unsafe extern "C" fn x_file_size(file: *mut ffi::sqlite3_file, size: *mut i64) -
     (methods(file).xFileSize.expect("the default VFS sizes"))(inner(file), size)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`].
 unsafe extern "C" fn x_lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     (methods(file).xLock.expect("the default VFS locks"))(inner(file), level)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`].
 unsafe extern "C" fn x_unlock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     (methods(file).xUnlock.expect("the default VFS unlocks"))(inner(file), level)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`]; `out` is writable for the call.
 unsafe extern "C" fn x_check_reserved_lock(file: *mut ffi::sqlite3_file, out: *mut c_int) -> c_int {
     (methods(file).xCheckReservedLock.expect("the default VFS checks locks"))(inner(file), out)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`]; `arg` is what `op` takes, passed on to the default
+/// VFS as given.
 unsafe extern "C" fn x_file_control(file: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
     (methods(file).xFileControl.expect("the default VFS has file controls"))(inner(file), op, arg)
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`].
 unsafe extern "C" fn x_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
     (methods(file).xSectorSize.expect("the default VFS has a sector size"))(inner(file))
 }
 
+/// SAFETY: the contract of [`WAL_METHODS`].
 unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
     (methods(file)
         .xDeviceCharacteristics
