@@ -1,6 +1,6 @@
 //! The two string formats the run-event vocabulary pins down: ISO-8601 instants and UUIDs.
 //!
-//! Seed `004_*` stamps times as ISO 8601 (`startedAt`, `deadlineAt`, the envelope's `timestamp`)
+//! The run events stamp times as ISO 8601 (`startedAt`, `deadlineAt`, the envelope's `timestamp`)
 //! and names `run:started.workflowId` a UUID. No parsing crate is in the tree (`time` is built
 //! without its parsing feature), so these are small hand-written matchers. An instant is accepted
 //! in the form the sister engine writes and reads back (`z.string().datetime({ offset: true })`):
