@@ -21,6 +21,11 @@ export declare class NativeWorld {
   static openLocal(dataDir: string, durabilityName: string, pricingJson?: string | undefined | null, readOnly?: boolean | undefined | null): NativeWorld
   /** Open a fresh in-memory world. */
   static openVirtual(pricingJson?: string | undefined | null): NativeWorld
+  /**
+   * Open the world in a PostgreSQL database and schema; nothing is connected until a call
+   * needs the server.
+   */
+  static openPostgres(connectionString: string, schema: string | undefined | null, durabilityName: string, pricingJson?: string | undefined | null, lockLeaseMs?: number | undefined | null, maxConnections?: number | undefined | null, readOnly?: boolean | undefined | null): NativeWorld
   /** `"local"`, `"virtual"`, or the kind of another backend. */
   get kind(): string
   /** The resolved data directory of a local world. */
@@ -81,6 +86,16 @@ export declare class NativeWorld {
    * `{"mark":…,"streams":[…]}`, `streams` null when anything may have changed.
    */
   changes(since?: number | undefined | null): Promise<string>
+  /**
+   * Whether this world hears of other processes' commits as they happen (a `postgres` world,
+   * through the database's notifications).
+   */
+  get announces(): boolean
+  /**
+   * The streams of the next commit announced (empty: any may have changed), or `null` once
+   * `timeoutMs` has passed without one.
+   */
+  nextAnnouncement(timeoutMs: number): Promise<string>
   /** Stop accepting work; resolves once every queued append has committed. */
   close(): Promise<void>
 }

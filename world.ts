@@ -24,7 +24,7 @@ export {
   WorldIoError,
   WorldPathError,
 } from './lib/errors.js';
-export { localWorld, virtualWorld, type Durability, type LocalWorldOptions, type VirtualWorldOptions, type World } from './lib/worlds.js';
+export { localWorld, postgresWorld, virtualWorld, type Durability, type LocalWorldOptions, type PostgresWorldOptions, type VirtualWorldOptions, type World } from './lib/worlds.js';
 export { isRunId, isSessionId, knownEventTypes, type KnownEventTypes } from './lib/ids.js';
 export type { EventEnvelope } from './lib/envelopes.js';
 export { appendEvent, canonicalize, listEvents, validateEventLogShape, type AppendEventInput, type ListEventsOptions } from './lib/events.js';

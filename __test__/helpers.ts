@@ -1,19 +1,44 @@
 // Shared test helpers: a temporary directory per test, the kinds of world every conformance test
-// runs against, and the check for a system component a test needs.
+// runs against, the check for a system component a test needs, and the test PostgreSQL server.
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
 import { afterEach } from 'vitest';
-import { localWorld, virtualWorld, type PricingRegistry, type World, type WorldError } from '@little-workflow/world';
+import pg from 'pg';
+import { localWorld, postgresWorld, virtualWorld, type PricingRegistry, type World, type WorldError } from '@little-workflow/world';
 
 const dirs: string[] = [];
 const worlds: World[] = [];
+const schemas: string[] = [];
+let postgresChecked: boolean | undefined;
 
 afterEach(async () => {
   await Promise.all(worlds.splice(0).map((w) => w.close()));
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  const dropped = schemas.splice(0);
+  if (dropped.length > 0) await withPg((c) => c.query(dropped.map((s) => `DROP SCHEMA IF EXISTS "${s}" CASCADE`).join('; ')));
 });
+
+/** A schema name no other test uses, dropped after the test. */
+export function freshSchema(): string {
+  const s = `t_${process.pid}_${Math.random().toString(36).slice(2, 10)}`;
+  schemas.push(s);
+  return s;
+}
+
+/** Run `body` with a node-postgres client on the test server, closed afterwards. */
+export async function withPg<T>(body: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: postgresUrl() });
+  await c.connect();
+  try {
+    return await body(c);
+  } finally {
+    await c.end();
+  }
+}
 
 /** A fresh temporary directory, removed after the test. */
 export function tempDir(): string {
@@ -28,12 +53,18 @@ export function track<W extends World>(w: W): W {
   return w;
 }
 
-/** The kinds of world the contract is checked against, opened with `pricing` if given. */
+/**
+ * The kinds of world the contract is checked against, opened with `pricing` if given. The
+ * PostgreSQL world, in a fresh schema per world, is among them when the test server is there
+ * (see `needsPostgres()`).
+ */
 export function worldKindsWith(opts: { pricing?: PricingRegistry } = {}): ReadonlyArray<readonly [string, () => World]> {
+  const url = needsPostgres() ? postgresUrl() : undefined;
   return [
     ['localWorld', () => track(localWorld({ ...opts, dataDir: tempDir() }))],
     ['localWorld (durability normal)', () => track(localWorld({ ...opts, dataDir: tempDir(), durability: 'normal' }))],
     ['virtualWorld', () => track(virtualWorld(opts))],
+    ...(url === undefined ? [] : ([['postgresWorld', () => track(postgresWorld({ ...opts, connectionString: url, schema: freshSchema() }))]] as const)),
   ];
 }
 
@@ -61,6 +92,62 @@ export function needs(what: string, present: boolean, howToEnable: string): bool
   if (process.env.CI === 'true') throw new Error(`${what} is missing, and under CI=true the tests that need it must run: ${howToEnable}`);
   console.warn(`SKIPPED: tests that need ${what}, which is missing: ${howToEnable}`);
   return false;
+}
+
+/**
+ * The PostgreSQL server the tests may use: `LITTLE_TEST_DATABASE_URL`, which
+ * `scripts/with-postgres.mjs` (and so `npm test`) sets to a throwaway cluster of its own.
+ */
+export function postgresUrl(): string | undefined {
+  return process.env.LITTLE_TEST_DATABASE_URL || undefined;
+}
+
+/**
+ * Whether the PostgreSQL tests can run, by `needs()`: without a server this says so once per
+ * test file in a `SKIPPED:` line and returns false, and under `CI=true` it throws.
+ */
+export function needsPostgres(): boolean {
+  postgresChecked ??= needs(
+    'PostgreSQL (LITTLE_TEST_DATABASE_URL)',
+    postgresUrl() !== undefined,
+    "run the tests through `npm test` or `node scripts/with-postgres.mjs <command>` with Debian's postgresql installed (apt-get install postgresql), or set LITTLE_TEST_DATABASE_URL to a server the tests may use",
+  );
+  return postgresChecked;
+}
+
+/** Control of the test cluster's server, for fault tests. */
+export interface PgControl {
+  /** Restart the server: `immediate` (the default) kills it without a shutdown checkpoint, as a crash would. */
+  restart(mode?: 'immediate' | 'fast'): Promise<void>;
+  /** Stop the server (fast shutdown) and wait until it is down. */
+  stop(): Promise<void>;
+  /** Start the server again and wait until it accepts connections. */
+  start(): Promise<void>;
+}
+
+/**
+ * Control of the test cluster's server, from `LITTLE_TEST_PG_CTL` as `scripts/with-postgres.mjs`
+ * sets it; undefined when the server is not one it started.
+ */
+export function pgControl(): PgControl | undefined {
+  const raw = process.env.LITTLE_TEST_PG_CTL;
+  if (!raw) return undefined;
+  const ctl = JSON.parse(raw) as { bin: string; data: string; runAs: string | null; log: string };
+  const pgCtl = async (...args: string[]): Promise<void> => {
+    const [file, argv] = ctl.runAs ? ['runuser', ['-u', ctl.runAs, '--', ctl.bin, ...args]] : [ctl.bin, args];
+    try {
+      // The log file keeps the server's output off pg_ctl's pipes, which would otherwise stay open.
+      await promisify(execFile)(file, argv, { cwd: dirname(ctl.data), encoding: 'utf8' });
+    } catch (e) {
+      const { stdout, stderr } = e as { stdout?: string; stderr?: string };
+      throw new Error(`pg_ctl ${args.join(' ')} failed: ${stdout ?? ''}${stderr ?? ''}`, { cause: e });
+    }
+  };
+  return {
+    restart: (mode = 'immediate') => pgCtl('-D', ctl.data, '-l', ctl.log, '-w', '-t', '30', '-m', mode, 'restart'),
+    stop: () => pgCtl('-D', ctl.data, '-w', '-t', '30', '-m', 'fast', 'stop'),
+    start: () => pgCtl('-D', ctl.data, '-l', ctl.log, '-w', '-t', '30', 'start'),
+  };
 }
 
 /** The root of the package, for spawning scripts. */

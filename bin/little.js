@@ -7,17 +7,17 @@
 //   little runs              the runs in the world, one JSON object per line
 //   little serve             the inspector page and a read-only API (Server-Sent Events)
 //
-// Every command takes --data-dir DIR (default ./.little-workflow) and --help.
+// Every command takes --data-dir DIR (default ./.little-workflow), or --database-url URL (or
+// LITTLE_DATABASE_URL) and --schema NAME for a PostgreSQL world, and --help.
 // Exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read, or
 // a replay refused; 2 a usage error, including a data directory that holds no world.
 'use strict';
 
-const { existsSync } = require('node:fs');
-const { join, resolve } = require('node:path');
 const { parseArgs } = require('node:util');
+const { WORLD_HELP, WORLD_OPTIONS, UsageError, openWorld } = require('../server/world-args.js');
 
 const HELP = {
-  main: `usage: little <command> [--data-dir DIR] [args]
+  main: `usage: little <command> [--data-dir DIR | --database-url URL [--schema NAME]] [args]
 
 commands:
   events <runId>    print a run's events, one canonical JSON envelope per line
@@ -28,50 +28,40 @@ commands:
   serve             serve the inspector and a read-only API (little serve --help)
 
 options:
-  --data-dir DIR    the world's data directory (default: ./.little-workflow)
-  -h, --help        show help for a command
+${WORLD_HELP}
+  -h, --help            show help for a command
 
 little only reads: it opens the world read-only and never changes it.
 
 exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read,
 or a replay refused; 2 a usage error, including a data directory that holds no world.`,
-  events: `usage: little events <runId> [--data-dir DIR]
+  events: `usage: little events <runId> [world options]
 
 Prints every committed event of <runId> in sequence order, one canonical JSON envelope per line.`,
-  replay: `usage: little replay <runId> [--data-dir DIR]
+  replay: `usage: little replay <runId> [world options]
 
 Folds <runId>'s events and prints the materialized state (status, steps, usage, cost) as JSON.
 For a run of run events (run:started, node:completed, ...) it prints the run-event fold instead
 (status, nodes, pending gates and media jobs, budget, timeout, restored costs), after the strict
 replay read; a session (ses_...) shows its event count and its status (open, or cancelled).`,
-  verify: `usage: little verify [runId] [--thorough] [--data-dir DIR]
+  verify: `usage: little verify [runId] [--thorough] [world options]
 
 Re-checks a run (or every run and every artifact): the store's own check of its database (SQLite's
 quick_check, or with --thorough its integrity_check, which also compares every index with its
 table), dense sequences, event ids, canonical payloads, rows that agree with their envelopes,
 stored run-event bodies, referenced artifacts, artifact hashes and sizes.
 Prints a JSON report; exits 1 when it finds a problem.`,
-  runs: `usage: little runs [--data-dir DIR]
+  runs: `usage: little runs [world options]
 
 Prints each run in the world as one JSON object per line: runId, eventCount, lastSequence,
 firstRecordedAt, lastRecordedAt, status, costUsd.`,
 };
-
-class UsageError extends Error {}
 
 function out(line) {
   return new Promise((res) => {
     if (process.stdout.write(`${line}\n`)) res();
     else process.stdout.once('drain', res);
   });
-}
-
-function openWorld(lib, dataDir) {
-  const dir = resolve(dataDir);
-  if (!existsSync(join(dir, 'events', 'events.db'))) {
-    throw new UsageError(`no world at ${dir} (use --data-dir to point at one)`);
-  }
-  return lib.localWorld({ dataDir: dir, readOnly: true });
 }
 
 function runIdArg(lib, positionals, required) {
@@ -91,15 +81,15 @@ function runIdArg(lib, positionals, required) {
 class NoSuchRun extends Error {}
 
 /** A run (or session) must have at least one event: a mistyped id gets a message, not silence. */
-async function requireRun(lib, world, runId) {
+async function requireRun(lib, world, runId, label) {
   const first = await lib.listEvents(world, runId, { limit: 1 });
-  if (first.length === 0) throw new NoSuchRun(`${runId} has no events in ${world.dataDir} (see little runs)`);
+  if (first.length === 0) throw new NoSuchRun(`${runId} has no events in ${label} (see little runs)`);
 }
 
 const COMMANDS = {
-  async events(lib, world, positionals) {
+  async events(lib, world, positionals, _values, label) {
     const runId = runIdArg(lib, positionals, true);
-    await requireRun(lib, world, runId);
+    await requireRun(lib, world, runId, label);
     let after = 0;
     for (;;) {
       const page = await lib.listEvents(world, runId, { afterSequence: after, limit: 1000 });
@@ -108,9 +98,9 @@ const COMMANDS = {
       after = page[page.length - 1].sequence;
     }
   },
-  async replay(lib, world, positionals) {
+  async replay(lib, world, positionals, _values, label) {
     const runId = runIdArg(lib, positionals, true);
-    await requireRun(lib, world, runId);
+    await requireRun(lib, world, runId, label);
     const runEvents = await lib.listRunEvents(world, runId);
     if (runEvents.length === 0) {
       await out(JSON.stringify(await lib.materializeRunState(world, runId), null, 2));
@@ -125,9 +115,9 @@ const COMMANDS = {
     }
     return 0;
   },
-  async verify(lib, world, positionals, values) {
+  async verify(lib, world, positionals, values, label) {
     const runId = runIdArg(lib, positionals, false);
-    if (runId !== undefined) await requireRun(lib, world, runId);
+    if (runId !== undefined) await requireRun(lib, world, runId, label);
     const report = await lib.verifyWorld(world, runId, { thorough: values.thorough === true });
     // The verdict and the problems come first: a reader that leaves early (| head) ends the
     // process, and must not turn a failed check into success.
@@ -155,13 +145,7 @@ async function main(argv) {
     return command === undefined ? 2 : 0;
   }
   if (command === 'serve') {
-    const serve = require('../server/serve.js');
-    try {
-      return await serve.main(rest);
-    } catch (err) {
-      if (err instanceof serve.UsageError) throw new UsageError(err.message);
-      throw err;
-    }
+    return await require('../server/serve.js').main(rest);
   }
   const run = COMMANDS[command];
   if (!run) throw new UsageError(`unknown command: ${command}`);
@@ -170,7 +154,7 @@ async function main(argv) {
     parsed = parseArgs({
       args: rest,
       options: {
-        'data-dir': { type: 'string' },
+        ...WORLD_OPTIONS,
         help: { type: 'boolean', short: 'h' },
         ...(command === 'verify' ? { thorough: { type: 'boolean' } } : {}),
       },
@@ -184,9 +168,9 @@ async function main(argv) {
     return 0;
   }
   const lib = require('..');
-  const world = openWorld(lib, parsed.values['data-dir'] ?? '.little-workflow');
+  const { world, label } = openWorld(lib, parsed.values);
   try {
-    return await run(lib, world, parsed.positionals, parsed.values);
+    return await run(lib, world, parsed.positionals, parsed.values, label);
   } finally {
     await world.close();
   }

@@ -1,4 +1,5 @@
-// The live view of a local world: one watcher of its log files, shared by its subscriptions.
+// The live view of a world other processes write: one watcher of its log files (or of its
+// database's notifications), shared by its subscriptions.
 import { watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as after, clearTimeout as cancel } from 'node:timers';
@@ -28,23 +29,31 @@ const WATCH_DELAY_MS = 3;
  */
 const WATCH_LATE_MS = [20, 80, 400];
 
+/** How long one wait for the server's word of a commit lasts before it is made again. */
+const ANNOUNCE_WAIT_MS = 1000;
+
 /**
- * The live view of a local world (none for a virtual one, which only this process appends to, and
- * whose appends wake their subscribers themselves). It asks the world what was committed since its
- * last look (`changes`: the streams with rows after a mark) and wakes only the subscribers of those
- * streams: whenever the world's log files change, as another process's commit changes them (so
- * such events are seen at once), and every `SUBSCRIBE_POLL_MS` besides, should the file system not
- * report changes, as on some network mounts. One look per world, however many subscribers it has:
- * each subscriber reading its stream at each poll and at each change anywhere in the world cost a
- * core for 1,000 idle subscriptions. A commit reports several changes, and a process appending fast
- * reports thousands a second: see `WATCH_DELAY_MS`. (The watcher's timers are `node:timers`' own,
- * which fake timers installed on the global object leave running; the poll's is the global one.)
+ * The live view of a local or database world (none for a virtual one, which only this process
+ * appends to, and whose appends wake their subscribers themselves). It asks the world what was
+ * committed since its last look (`changes`: the streams with rows after a mark) and wakes only the
+ * subscribers of those streams: whenever the world's log files change, as another process's
+ * commit changes them (so such events are seen at once), or a database announces a commit, and
+ * every `SUBSCRIBE_POLL_MS` besides, should the file system or the database not report changes.
+ * One look per world, however many subscribers it has: each subscriber reading its stream at each
+ * poll and at each change anywhere in the world cost a core for 1,000 idle subscriptions. A commit
+ * reports several changes, and a process appending fast reports thousands a second: see
+ * `WATCH_DELAY_MS`. (The watcher's timers are `node:timers`' own, which fake timers installed on
+ * the global object leave running; the poll's is the global one.)
  */
 export function liveView(world: World, handle: NativeWorld): Live | undefined {
   const dataDir = world.dataDir;
   // A world opened by an earlier copy of this package (see `shared` in worlds.ts) has a handle
   // without `changes`: its subscribers poll their streams themselves, as that copy's do.
-  if (dataDir === undefined || typeof (handle as { changes?: unknown }).changes !== 'function') return undefined;
+  if (typeof (handle as { changes?: unknown }).changes !== 'function') return undefined;
+  // A world of a database hears of other hosts' commits from the server (see `listen` below);
+  // a virtual world has no other writers.
+  const announces = dataDir === undefined && (handle as { announces?: boolean }).announces === true;
+  if (dataDir === undefined && !announces) return undefined;
   const existing = watchers.get(world);
   if (existing !== undefined) return existing;
   let mark: number | undefined;
@@ -113,12 +122,36 @@ export function liveView(world: World, handle: NativeWorld): Live | undefined {
     look();
     if (late < WATCH_LATE_MS.length) pending = after(() => lookThenLater(late + 1), WATCH_LATE_MS[late]).unref();
   };
+  // While a subscriber waits: the server's word of each commit, naming its streams, wakes their
+  // subscribers at once; word that anything may have changed (after a lost connection) makes a
+  // look. The look's poll stays the fallback, so a lost notification only delays. Runs only while
+  // someone waits, since a pending call keeps the process alive.
+  let listening = false;
+  const listen = async () => {
+    if (listening) return;
+    listening = true;
+    try {
+      while (!stopped && live.waiting > 0) {
+        const streams = JSON.parse(await handle.nextAnnouncement(ANNOUNCE_WAIT_MS)) as string[] | null;
+        if (stopped || streams === null) continue;
+        if (streams.length === 0) look();
+        else wakeSubscribers(world, new Set(streams));
+      }
+    } catch {
+      // Closed, or failing: the poll goes on, and each subscriber's read reports what is wrong.
+    } finally {
+      listening = false;
+    }
+  };
   const live: Live = {
     subscribers: 0,
     waiting: 0,
     ready: new Promise<void>((resolve) => (markTaken = resolve)),
     // A subscriber waits now: the poll keeps the process alive (the next is scheduled so if due).
-    keepAlive: () => poll?.ref?.(),
+    keepAlive: () => {
+      poll?.ref?.();
+      if (announces) void listen();
+    },
     stop: () => {
       stopped = true;
       watcher?.close();
@@ -132,6 +165,7 @@ export function liveView(world: World, handle: NativeWorld): Live | undefined {
     },
   };
   try {
+    if (dataDir === undefined) throw new Error('no files to watch');
     // Not persistent: the watcher adds nothing to what keeps the process alive.
     watcher = watch(join(dataDir, 'events'), { persistent: false }, () => {
       if (firstDelay) return; // joins the look already due

@@ -1,5 +1,5 @@
 // Open worlds: their handles in the core, the state this process keeps per world (shared by
-// every copy of this module in the process), and localWorld / virtualWorld.
+// every copy of this module in the process), and localWorld / virtualWorld / postgresWorld.
 import { realpathSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { WorldPathError, call, callSync, closedError, invalid } from './errors.js';
@@ -12,7 +12,7 @@ export type Durability = 'full' | 'normal';
 
 /** An open world. Pass it to the functions of this package. */
 export interface World {
-  readonly kind: 'local' | 'virtual';
+  readonly kind: 'local' | 'virtual' | 'postgres';
   /** The resolved data directory of a local world. */
   readonly dataDir?: string;
   /**
@@ -38,6 +38,31 @@ export interface LocalWorldOptions {
    * stays openable by that version. Every write (appends, artifacts, locks,
    * outer-loop manifests) rejects with `WorldPathError`; reads and `subscribe` see what other
    * worlds commit. Opening fails with `WorldPathError` when no world is there.
+   */
+  readOnly?: boolean;
+}
+
+/** Options of {@link postgresWorld}. */
+export interface PostgresWorldOptions {
+  /**
+   * `postgres://user:password@host:port/database?sslmode=…`, or libpq's `key=value` form. `sslmode`
+   * has libpq's meanings (`disable`, `prefer` (the default), `require`, `verify-ca`,
+   * `verify-full`), with `sslrootcert` (a PEM file, or `system`), `sslcert` and `sslkey`.
+   */
+  connectionString: string;
+  /** Default `'little_workflow'`: created and migrated on first use. */
+  schema?: string;
+  /** Default `'full'`: `synchronous_commit=on`; `'normal'`: off. */
+  durability?: Durability;
+  /** Prices merged over the bundled registry, model by model. */
+  pricing?: PricingRegistry;
+  /** Default 30000: how long a lock outlives a holder that stopped renewing it (a dead host). */
+  lockLeaseMs?: number;
+  /** Default 8 (at least 3): one for the writer, one for live notifications, the rest for reads. */
+  maxConnections?: number;
+  /**
+   * Only read (default `false`): the schema is checked, never created or migrated, and every
+   * write rejects with `WorldPathError`, as a local world's `readOnly` does.
    */
   readOnly?: boolean;
 }
@@ -139,11 +164,11 @@ export function wakeSubscribers(world: World, streams?: string | ReadonlySet<str
 }
 
 export class OpenWorld implements World {
-  readonly kind: 'local' | 'virtual';
+  readonly kind: 'local' | 'virtual' | 'postgres';
   readonly dataDir?: string;
 
   constructor(handle: NativeWorld) {
-    this.kind = handle.kind as 'local' | 'virtual';
+    this.kind = handle.kind as 'local' | 'virtual' | 'postgres';
     if (handle.dataDir !== null) this.dataDir = handle.dataDir;
     natives.set(this, handle);
     Object.freeze(this);
@@ -175,7 +200,7 @@ export class OpenWorld implements World {
 
 export function handleOf(world: World): NativeWorld {
   const handle = natives.get(world);
-  if (!handle) invalid('world', 'must be a World returned by localWorld() or virtualWorld()');
+  if (!handle) invalid('world', 'must be a World returned by localWorld(), virtualWorld() or postgresWorld()');
   return handle;
 }
 
@@ -226,4 +251,29 @@ export function virtualWorld(opts?: VirtualWorldOptions): World {
   const o = options(opts, 'virtualWorld options', ['pricing']);
   const pricing = pricingText(o.pricing);
   return new OpenWorld(callSync(() => native.NativeWorld.openVirtual(pricing)));
+}
+
+/**
+ * Open the world in a PostgreSQL database, which any number of processes on any number of hosts
+ * may share. Nothing is connected until a call needs the server: a server that is down makes
+ * calls reject with `WorldIoError` (naming host, port and database, never the password), and the
+ * next call after it is back succeeds.
+ */
+export function postgresWorld(opts: PostgresWorldOptions): World {
+  const o = options(opts, 'postgresWorld options', ['connectionString', 'schema', 'durability', 'pricing', 'lockLeaseMs', 'maxConnections', 'readOnly']);
+  const url = o.connectionString;
+  if (typeof url !== 'string' || url.length === 0) invalid('connectionString', 'must be a non-empty string');
+  if (o.schema !== undefined && typeof o.schema !== 'string') invalid('schema', 'must be a string');
+  const durability = o.durability ?? 'full';
+  if (typeof durability !== 'string') invalid('durability', "must be 'full' or 'normal'");
+  for (const name of ['lockLeaseMs', 'maxConnections'] as const) {
+    const v = o[name];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1)) invalid(name, 'must be a positive safe integer');
+  }
+  const readOnly = o.readOnly ?? false;
+  if (typeof readOnly !== 'boolean') invalid('readOnly', 'must be a boolean');
+  const pricing = pricingText(o.pricing);
+  return new OpenWorld(
+    callSync(() => native.NativeWorld.openPostgres(url, o.schema, durability, pricing, o.lockLeaseMs, o.maxConnections, readOnly)),
+  );
 }

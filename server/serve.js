@@ -12,15 +12,18 @@
 'use strict';
 
 const http = require('node:http');
-const { existsSync, readFileSync } = require('node:fs');
-const { join, resolve } = require('node:path');
+const { readFileSync } = require('node:fs');
+const { join } = require('node:path');
 const { parseArgs } = require('node:util');
+const { WORLD_HELP, WORLD_OPTIONS, UsageError, openWorld } = require('./world-args.js');
 
-const HELP = `usage: little serve [--data-dir DIR] [--port N] [--host H]
+const HELP = `usage: little serve [--data-dir DIR | --database-url URL [--schema NAME]] [--port N] [--host H]
 
 Serves the inspector at / and a read-only API (/api/types, /api/runs, /api/runs/:id/events as
-Server-Sent Events, /api/runs/:id/state) for the world in DIR (default ./.little-workflow), on
-127.0.0.1 unless --host is given, port 4710 unless --port is given (0 picks a free port).`;
+Server-Sent Events, /api/runs/:id/state) for a world, on 127.0.0.1 unless --host is given, port
+4710 unless --port is given (0 picks a free port).
+
+${WORLD_HELP}`;
 
 const HEARTBEAT_MS = 15_000;
 /** The inspector's ES modules, each served as JavaScript. */
@@ -32,8 +35,6 @@ const STATIC = {
   '/style.css': ['style.css', 'text/css; charset=utf-8'],
   ...Object.fromEntries(MODULES.map((m) => [`/${m}`, [m, 'text/javascript; charset=utf-8']])),
 };
-
-class UsageError extends Error {}
 
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
@@ -221,7 +222,7 @@ async function main(argv) {
   try {
     parsed = parseArgs({
       args: argv,
-      options: { 'data-dir': { type: 'string' }, port: { type: 'string' }, host: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      options: { ...WORLD_OPTIONS, port: { type: 'string' }, host: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
       allowPositionals: false,
     });
   } catch (err) {
@@ -234,14 +235,12 @@ async function main(argv) {
   const port = Number(parsed.values.port ?? 4710);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`invalid port: ${parsed.values.port}`);
   const host = parsed.values.host ?? '127.0.0.1';
-  const dataDir = resolve(parsed.values['data-dir'] ?? '.little-workflow');
-  if (!existsSync(join(dataDir, 'events', 'events.db'))) throw new UsageError(`no world at ${dataDir} (use --data-dir to point at one)`);
   const lib = require('..');
-  const world = lib.localWorld({ dataDir, readOnly: true });
+  const { world, label } = openWorld(lib, parsed.values);
   const server = createServer(lib, world);
   await new Promise((res, rej) => server.once('error', rej).listen(port, host, res));
   const addr = server.address();
-  process.stdout.write(`little serve: http://${host.includes(':') ? `[${host}]` : host}:${addr.port}/ (world ${dataDir})\n`);
+  process.stdout.write(`little serve: http://${host.includes(':') ? `[${host}]` : host}:${addr.port}/ (world ${label})\n`);
   await new Promise((res) => {
     const shutdown = () => {
       for (const c of server.openStreams) c.abort();

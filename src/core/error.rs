@@ -121,6 +121,17 @@ pub enum WorldError {
         source: Arc<std::io::Error>,
     },
 
+    /// The PostgreSQL server failed, refused, or could not be reached. Names the server (host,
+    /// port, database), never the password.
+    #[error("{context} ({server}): {message}")]
+    Database {
+        context: String,
+        server: crate::core::pg::Server,
+        message: String,
+        /// The server's SQLSTATE, when it answered with an error.
+        sqlstate: Option<String>,
+    },
+
     /// SQLite failed in a way that is not corruption.
     #[error("{context}{}: {source}{}", .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default(), .os.as_ref().map(|o| format!(" ({o})")).unwrap_or_default())]
     Sqlite {
@@ -160,7 +171,7 @@ impl WorldError {
             WorldError::RunLocked { .. } => "RUN_LOCKED",
             WorldError::OuterLoopInputMismatch { .. } => "OUTER_LOOP_INPUT_MISMATCH",
             WorldError::ReplayRefused { .. } => "REPLAY_REFUSED",
-            WorldError::Io { .. } | WorldError::Sqlite { .. } => "WORLD_IO",
+            WorldError::Io { .. } | WorldError::Sqlite { .. } | WorldError::Database { .. } => "WORLD_IO",
         }
     }
 
@@ -190,6 +201,9 @@ impl WorldError {
             WorldError::ReplayRefused { run_id, sequences, .. } => json!({ "runId": run_id, "sequences": sequences }),
             WorldError::Io { path, .. } | WorldError::Sqlite { path, .. } => json!({ "path": path }),
             WorldError::ArtifactBlobMissing { artifact_id, path } => json!({ "artifactId": artifact_id, "path": path }),
+            WorldError::Database { server, sqlstate, .. } => json!({
+                "host": server.host, "port": server.port, "database": server.database, "sqlstate": sqlstate
+            }),
             _ => json!({}),
         }
     }

@@ -18,6 +18,7 @@ pub mod log_types;
 pub mod materialize;
 pub mod numbers;
 pub mod outer_loop;
+pub mod pg;
 pub mod process;
 pub mod run_events;
 pub mod runtime;

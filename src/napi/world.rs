@@ -90,6 +90,45 @@ impl NativeWorld {
         Ok(NativeWorld { world, completer })
     }
 
+    /// Open the world in a PostgreSQL database and schema; nothing is connected until a call
+    /// needs the server.
+    #[napi(factory)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_postgres(
+        env: Env,
+        connection_string: String,
+        schema: Option<String>,
+        durability_name: String,
+        pricing_json: Option<String>,
+        lock_lease_ms: Option<f64>,
+        max_connections: Option<f64>,
+        read_only: Option<bool>,
+    ) -> napi::Result<Self> {
+        let completer = Arc::new(JsCompleter::new(env.raw())?);
+        let opened = guarded(|| {
+            let relaxed = durability(&durability_name)? == Durability::Normal;
+            let lease = count_arg("lockLeaseMs", lock_lease_ms)?.unwrap_or(30_000);
+            if lease == 0 {
+                return Err(WorldError::validation("lockLeaseMs", "must be at least 1"));
+            }
+            let max_connections = count_arg("maxConnections", max_connections)?.unwrap_or(8);
+            let pricing = Pricing::with_override(pricing_json.as_deref())?;
+            let options = crate::core::pg::Options {
+                connection_string,
+                schema: schema.unwrap_or_else(|| crate::core::pg::DEFAULT_SCHEMA.to_string()),
+                relaxed,
+                lease: Duration::from_millis(lease),
+                max_connections: max_connections.min(10_000) as usize,
+                read_only: read_only == Some(true),
+            };
+            World::open_postgres(options, pricing, completer.clone())
+        });
+        match opened {
+            Ok(world) => Ok(NativeWorld { world, completer }),
+            Err(e) => Err(throw(&env, &e)),
+        }
+    }
+
     /// `"local"`, `"virtual"`, or the kind of another backend.
     #[napi(getter)]
     pub fn kind(&self) -> &'static str {
@@ -326,6 +365,23 @@ impl NativeWorld {
         self.submit(&env, |t| {
             let since = count_arg("since", since)?.map(|m| m as i64);
             self.world.changes(t, since)
+        })
+    }
+
+    /// Whether this world hears of other processes' commits as they happen (a `postgres` world,
+    /// through the database's notifications).
+    #[napi(getter)]
+    pub fn announces(&self) -> bool {
+        self.world.announces()
+    }
+
+    /// The streams of the next commit announced (empty: any may have changed), or `null` once
+    /// `timeoutMs` has passed without one.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn next_announcement(&self, env: Env, timeout_ms: f64) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            let ms = count_arg("timeoutMs", Some(timeout_ms))?.unwrap_or(0);
+            self.world.next_announcement(t, Duration::from_millis(ms.min(60_000)))
         })
     }
 

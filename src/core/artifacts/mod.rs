@@ -12,6 +12,7 @@
 pub mod hashed_read;
 pub mod local;
 pub mod memory;
+pub mod postgres;
 
 use crate::core::bytes::Bytes;
 use crate::core::canonical;

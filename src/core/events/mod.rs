@@ -19,7 +19,7 @@ use crate::core::json_path::{JsonPath, Seg};
 use crate::core::log_types::{self, LogTypes};
 use crate::core::run_events::RunEvents;
 use crate::core::secrets;
-use crate::core::store::{LogReader, LogTx, LogWriter, RowRef};
+use crate::core::store::{LogReader, LogTx, LogWriter, RowRef, Scope};
 use crate::core::vocabulary::{Effects, Stream, Vocabulary};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -552,8 +552,8 @@ fn offload_large_values(
 /// Outcome of one append in a batch: the envelope's canonical JSON, or why it was refused.
 pub type AppendOutcome = Result<String>;
 
-/// Commit a group of prepared appends in one write transaction; an append that writes more than
-/// one row does so in a savepoint of its own (a group of one is its own transaction).
+/// Commit a group of prepared appends in one write transaction, each in a savepoint of its own
+/// (a group of one is its own transaction).
 ///
 /// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
 /// commit), every append of the group gets that error and nothing of the group is stored.
@@ -571,13 +571,13 @@ pub fn commit_batch(
     let batch: &[PreparedAppend] = batch;
     if let [item] = batch {
         let mut head = heads.pop();
-        let result = commit_one(artifacts, item, &mut head, recorded_at, |body| {
-            Some(writer.transaction(body))
+        let result = commit_one(artifacts, item, &mut head, recorded_at, |scope, body| {
+            Some(writer.transaction(scope, body))
         });
         return vec![result.expect("a transaction that may wait always runs")];
     }
     let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
-    let result = writer.transaction(&mut |tx| {
+    let result = writer.transaction(&scope_of(batch), &mut |tx| {
         outcomes.clear();
         let mut next: HashMap<&str, Cursor> = HashMap::new();
         for (item, head) in batch.iter().zip(heads.drain(..)) {
@@ -612,8 +612,8 @@ pub fn commit_now(
     recorded_at: &str,
 ) -> Option<AppendOutcome> {
     let mut head = Some(std::mem::take(&mut item.head));
-    let outcome = commit_one(artifacts, item, &mut head, recorded_at, |body| {
-        writer.transaction_if_immediate(body)
+    let outcome = commit_one(artifacts, item, &mut head, recorded_at, |scope, body| {
+        writer.transaction_if_immediate(scope, body)
     });
     if outcome.is_none() {
         item.head = head.take().expect("a transaction that did not run left the head");
@@ -628,15 +628,37 @@ fn commit_one(
     item: &PreparedAppend,
     head: &mut Option<String>,
     recorded_at: &str,
-    transaction: impl FnOnce(&mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>>,
+    transaction: impl FnOnce(&Scope<'_>, &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>>,
 ) -> Option<AppendOutcome> {
     let mut envelope = None;
-    let result = transaction(&mut |tx| {
+    let result = transaction(&scope_of(std::slice::from_ref(item)), &mut |tx| {
         let head = head.take().expect("a transaction body runs once");
         envelope = Some(append_one(tx, artifacts, &mut HashMap::new(), item, head, recorded_at)?);
         Ok(())
     })?;
     Some(result.map(|()| envelope.take().expect("a committed append has its envelope")))
+}
+
+/// What committing `batch` will ask of the store: its streams, keys, node ends and estimates.
+fn scope_of(batch: &[PreparedAppend]) -> Scope<'_> {
+    let mut scope = Scope::default();
+    let mut seen = std::collections::HashSet::new();
+    for item in batch.iter().filter(|i| i.refused.is_none()) {
+        let run = item.run_id.as_str();
+        if seen.insert(run) {
+            scope.runs.push(run);
+        }
+        if let Some(key) = &item.key {
+            scope.keys.push((run, key));
+        }
+        if let Some(node) = item.terminal.as_deref().filter(|n| !n.is_empty()) {
+            scope.nodes.push((run, node));
+        }
+        if item.estimate.is_some() {
+            scope.estimates.push(run);
+        }
+    }
+    scope
 }
 
 /// An idempotency key as an error may show it: one that looks like a credential is not shown.

@@ -278,9 +278,9 @@ mod tests {
     /// A memory log holding `run`'s rows 1 ..= `rows`, of type `t`, each with the payload
     /// `{"n": text(sequence)}`.
     fn log_of(run: &str, rows: u64, text: impl Fn(u64) -> String) -> crate::core::store::memory::MemoryLog {
-        use crate::core::store::LogWriter;
+        use crate::core::store::{LogWriter, Scope};
         let mut log = crate::core::store::memory::MemoryLog::new();
-        log.transaction(&mut |tx| {
+        log.transaction(&Scope::NONE, &mut |tx| {
             for s in 1..=rows {
                 let envelope = format!(
                     r#"{{"eventId":"evt_{s:016}","payload":{{"n":"{}"}},"recordedAt":"2026-01-01T00:00:00.000Z","runId":"{run}","sequence":{s},"type":"t"}}"#,

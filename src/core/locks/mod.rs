@@ -10,6 +10,7 @@
 
 pub mod local;
 pub mod memory;
+pub mod postgres;
 
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};

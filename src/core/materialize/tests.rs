@@ -127,12 +127,12 @@ fn sqlite_with(
     (tempfile::TempDir, crate::core::store::sqlite::SqliteWriter),
     crate::core::store::sqlite::SqliteReader,
 ) {
-    use crate::core::store::LogWriter;
+    use crate::core::store::{LogWriter, Scope};
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, reader) =
         crate::core::store::sqlite::open(dir.path(), crate::core::store::sqlite::Durability::Normal).unwrap();
     writer
-        .transaction(&mut |tx| {
+        .transaction(&Scope::NONE, &mut |tx| {
             for r in rows {
                 tx.insert(&r.as_ref())?;
             }

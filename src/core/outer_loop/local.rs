@@ -91,7 +91,7 @@ impl ManifestStore for LocalManifests {
 /// The mutex that serializes this process's writes of the manifest at `path` (a resolved path).
 /// Every handle on the file gets the same one while any write holds it; entries no write holds
 /// any more are dropped when a new one is added, so the map stays as small as the writes in flight.
-fn write_turn(path: &Path) -> Arc<Mutex<()>> {
+pub(super) fn write_turn(path: &Path) -> Arc<Mutex<()>> {
     static TURNS: OnceLock<Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> = OnceLock::new();
     let mut turns = unpoisoned(TURNS.get_or_init(Default::default));
     if let Some(turn) = turns.get(path).and_then(Weak::upgrade) {

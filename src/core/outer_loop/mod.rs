@@ -20,6 +20,7 @@
 
 pub mod local;
 pub mod memory;
+pub mod postgres;
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};

@@ -3,7 +3,7 @@
 //! A transaction holds the store's lock from begin to commit and stages its rows, so readers only
 //! ever see committed rows, and a savepoint is a mark in the staged list.
 
-use super::{KeyedEvent, LogReader, LogTx, LogWriter, RowRef, StoredEvent, StreamSummary};
+use super::{KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StoredEvent, StreamSummary};
 use crate::core::error::{Result, WorldError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -211,7 +211,7 @@ fn apply(open: u64, amount: u64, released: bool) -> u64 {
 }
 
 impl LogWriter for MemoryLog {
-    fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+    fn transaction(&mut self, _scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         let mut streams = self.lock();
         let mut tx = MemoryTx {
             streams: &streams,
@@ -251,8 +251,12 @@ impl LogWriter for MemoryLog {
     }
 
     /// A memory commit takes only the map's lock, which no one holds for long.
-    fn transaction_if_immediate(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
-        Some(self.transaction(body))
+    fn transaction_if_immediate(
+        &mut self,
+        scope: &Scope<'_>,
+        body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>> {
+        Some(self.transaction(scope, body))
     }
 }
 

@@ -7,6 +7,7 @@
 //! PostgreSQL backend would be a third.
 
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use crate::core::error::Result;
@@ -123,10 +124,36 @@ pub trait LogTx {
     fn rollback_to(&mut self) -> Result<()>;
 }
 
+/// What a transaction's body is about to ask, so that a backend paying a network round trip per
+/// question can ask them all at once, before the body runs. The body may still ask about
+/// anything else; that only costs more.
+#[derive(Debug, Default)]
+pub struct Scope<'a> {
+    /// The streams appended to.
+    pub runs: Vec<&'a str>,
+    /// `(stream, idempotency key)` of keyed appends.
+    pub keys: Vec<(&'a str, &'a str)>,
+    /// `(stream, node)` of node terminal events (a stream's own end is asked of every stream).
+    pub nodes: Vec<(&'a str, &'a str)>,
+    /// Streams whose budget estimates are asked.
+    pub estimates: Vec<&'a str>,
+}
+
+impl Scope<'_> {
+    /// Nothing known in advance.
+    pub const NONE: Scope<'static> = Scope {
+        runs: Vec::new(),
+        keys: Vec::new(),
+        nodes: Vec::new(),
+        estimates: Vec::new(),
+    };
+}
+
 /// The write side of a backend, owned by the world's single writer thread.
 pub trait LogWriter: Send {
-    /// Run `body` inside one write transaction and commit it; roll back if it fails.
-    fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()>;
+    /// Run `body` inside one write transaction and commit it; roll back if it fails. `scope`
+    /// says what `body` will ask.
+    fn transaction(&mut self, scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()>;
 
     /// As [`LogWriter::transaction`], but only if the transaction runs without waiting: for a
     /// lock another process holds, a sync to disk, a network round trip, or any other work of the
@@ -134,7 +161,11 @@ pub trait LogWriter: Send {
     /// the caller commits through [`LogWriter::transaction`] on a thread that may wait. For the
     /// caller's own thread, which must not be held up (see `World::append_awaited`). A backend
     /// whose commits always wait answers `None` every time.
-    fn transaction_if_immediate(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>>;
+    fn transaction_if_immediate(
+        &mut self,
+        scope: &Scope<'_>,
+        body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>>;
 }
 
 /// What was committed after a mark, for live views: the streams that have new rows.
@@ -145,6 +176,14 @@ pub struct Changes {
     /// The streams with rows committed after the mark given, in no order; `None` when anything
     /// may have changed (rows were removed, or too many were added to list).
     pub streams: Option<Vec<String>>,
+}
+
+/// Word of what other processes commit, for a backend that hears of it as it happens (a database
+/// server's notifications). A hint only: what changed is always read from the store.
+pub trait Announcer: Send + Sync {
+    /// Call `done` once: with the streams announced after this call (empty: any may have
+    /// changed, as after a lost connection), or with `None` once `timeout` has passed without.
+    fn next(&self, timeout: std::time::Duration, done: Box<dyn FnOnce(Option<Vec<String>>) + Send>);
 }
 
 /// The read side of a backend, shared by reader threads.
@@ -186,6 +225,11 @@ pub trait LogReader: Send + Sync {
     fn check_storage(&self, thorough: bool) -> Result<Vec<String>> {
         let _ = thorough;
         Ok(Vec::new())
+    }
+    /// How this backend hears of other processes' commits as they happen, if it does (else they
+    /// are found by asking [`LogReader::changes`], as a local world does when its files change).
+    fn announcer(&self) -> Option<std::sync::Arc<dyn Announcer>> {
+        None
     }
     /// Let go of what the reader keeps between reads (pooled connections and their file
     /// descriptors): its world has closed. A read still running finishes, and keeps nothing.
@@ -249,7 +293,7 @@ mod tests {
     fn a_refused_insert_leaves_the_transaction_going(writer: &mut dyn LogWriter, reader: &dyn LogReader) {
         let mut refusals = Vec::new();
         writer
-            .transaction(&mut |tx| {
+            .transaction(&Scope::NONE, &mut |tx| {
                 tx.insert(&row(1, Some("k"), "first"))?;
                 refusals.push(tx.insert(&row(1, None, "same sequence")).unwrap_err().code());
                 refusals.push(tx.insert(&row(2, Some("k"), "same key")).unwrap_err().code());
@@ -282,7 +326,7 @@ mod tests {
         let (mut writer, reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
         let mut append = |rows: &[(&'static str, u64)]| {
             writer
-                .transaction(&mut |tx| {
+                .transaction(&Scope::NONE, &mut |tx| {
                     for (run, sequence) in rows {
                         tx.insert(&RowRef {
                             run_id: run,
@@ -341,7 +385,7 @@ mod tests {
         assert!(refused.unwrap_err().to_string().contains("refused"));
         for sequence in 1..=2 {
             writer
-                .transaction(&mut |tx| tx.insert(&row(sequence, None, "e")))
+                .transaction(&Scope::NONE, &mut |tx| tx.insert(&row(sequence, None, "e")))
                 .unwrap();
         }
     }
@@ -350,7 +394,8 @@ mod tests {
     fn sqlite_an_append_after_a_newer_version_upgraded_the_world_says_so() {
         let dir = tempfile::tempdir().unwrap();
         let (mut writer, _reader) = sqlite::open(dir.path(), sqlite::Durability::Normal).unwrap();
-        let mut append = |sequence: u64| writer.transaction(&mut |tx| tx.insert(&row(sequence, None, "e")));
+        let mut append =
+            |sequence: u64| writer.transaction(&Scope::NONE, &mut |tx| tx.insert(&row(sequence, None, "e")));
         append(1).unwrap();
         // What a later version's upgrade does, from another connection: its tables, the fence of
         // the writers that run the trigger, and its schema version.

@@ -28,6 +28,7 @@
 mod append;
 mod local;
 mod memory;
+mod postgres;
 mod reads;
 mod runs;
 mod stores;

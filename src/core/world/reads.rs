@@ -53,6 +53,32 @@ impl World {
         })
     }
 
+    /// Whether this world hears of other processes' commits as they happen (see
+    /// [`crate::core::store::Announcer`]).
+    pub fn announces(&self) -> bool {
+        self.inner.reader.announcer().is_some()
+    }
+
+    /// Complete `ticket` with the streams the next announced commit names (JSON: an array, empty
+    /// when any may have changed), or `null` once `timeout` passes without one. A world that
+    /// hears of none completes with `null` after `timeout` too.
+    pub fn next_announcement(&self, ticket: Ticket, timeout: std::time::Duration) -> Result<()> {
+        self.ensure_open()?;
+        let completer = self.inner.completer.clone();
+        let done = Box::new(move |streams: Option<Vec<String>>| {
+            let json = serde_json::to_string(&streams).expect("stream ids serialize");
+            completer.complete(vec![(ticket, Ok(Output::Json(json)))]);
+        });
+        match self.inner.reader.announcer() {
+            Some(announcer) => announcer.next(timeout, done),
+            None => self.run(ticket, move || {
+                std::thread::sleep(timeout.min(std::time::Duration::from_secs(1)));
+                Ok(Output::Json("null".into()))
+            })?,
+        }
+        Ok(())
+    }
+
     /// A stream's events as run (or session) events, as a JSON array; with `strict` (the replay
     /// read) refuses when a row would be dropped.
     pub fn run_events(&self, ticket: Ticket, stream_id: String, strict: bool) -> Result<()> {

@@ -7,7 +7,7 @@ use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, PreparedAppend};
 use crate::core::runtime::{panic_error, Completer, Output, Ticket};
-use crate::core::store::{LogReader, LogTx, LogWriter};
+use crate::core::store::{LogReader, LogTx, LogWriter, Scope};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,13 +83,17 @@ fn answer_refused(
 pub(super) struct ReadOnlyLog;
 
 impl LogWriter for ReadOnlyLog {
-    fn transaction(&mut self, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+    fn transaction(&mut self, _scope: &Scope<'_>, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         Err(WorldError::Path {
             message: "an append needs a writable world, and this one was opened read-only".into(),
         })
     }
 
-    fn transaction_if_immediate(&mut self, _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
+    fn transaction_if_immediate(
+        &mut self,
+        _scope: &Scope<'_>,
+        _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>> {
         None
     }
 }

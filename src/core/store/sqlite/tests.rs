@@ -6,7 +6,7 @@ use super::connect::*;
 use super::files::*;
 use super::writer::*;
 use super::*;
-use crate::core::store::{LogReader, LogTx, LogWriter, RowRef};
+use crate::core::store::{LogReader, LogTx, LogWriter, RowRef, Scope};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -55,7 +55,7 @@ fn a_foreign_database_is_refused_and_left_untouched() {
 /// Commit `rows` rows of about a page each to `run_id` after `after`, in one transaction.
 fn commit_rows(writer: &mut SqliteWriter, run_id: &str, after: u64, rows: u64) {
     writer
-        .transaction(&mut |tx| insert_rows(tx, run_id, after, rows))
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, run_id, after, rows))
         .unwrap();
 }
 
@@ -86,14 +86,16 @@ fn a_transaction_if_immediate_runs_only_where_nothing_would_wait() {
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, _reader) = open(dir.path(), Durability::Full).unwrap();
     assert!(writer
-        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 0, 1))
+        .transaction_if_immediate(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 0, 1))
         .is_none());
 
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
-    writer.transaction(&mut |tx| insert_rows(tx, "run_n", 0, 1)).unwrap();
     writer
-        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 1, 1))
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 0, 1))
+        .unwrap();
+    writer
+        .transaction_if_immediate(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 1, 1))
         .unwrap()
         .unwrap();
     assert_eq!(count_rows(&reader, "run_n"), 2);
@@ -111,14 +113,18 @@ fn a_transaction_if_immediate_runs_only_where_nothing_would_wait() {
         .unwrap();
     assert!(writer.checkpointer.as_ref().unwrap().wal.pages.load(Ordering::Relaxed) < 100);
     assert!(writer
-        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 2, 1))
+        .transaction_if_immediate(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 2, 1))
         .is_none());
     // A transaction that may wait commits, and checkpoints inside itself; the WAL starts over at
     // the next, and then a transaction runs now again.
-    writer.transaction(&mut |tx| insert_rows(tx, "run_n", 2, 1)).unwrap();
-    writer.transaction(&mut |tx| insert_rows(tx, "run_n", 3, 1)).unwrap();
     writer
-        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_n", 4, 1))
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 2, 1))
+        .unwrap();
+    writer
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 3, 1))
+        .unwrap();
+    writer
+        .transaction_if_immediate(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 4, 1))
         .unwrap()
         .unwrap();
     assert_eq!(count_rows(&reader, "run_n"), 5);
@@ -129,7 +135,7 @@ fn a_transaction_if_immediate_runs_only_where_nothing_would_wait() {
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let asked = std::time::Instant::now();
     let mut ran = false;
-    let declined = writer.transaction_if_immediate(&mut |tx| {
+    let declined = writer.transaction_if_immediate(&Scope::NONE, &mut |tx| {
         ran = true;
         insert_rows(tx, "run_n", 5, 1)
     });
@@ -143,7 +149,9 @@ fn a_transaction_if_immediate_runs_only_where_nothing_would_wait() {
         std::thread::sleep(Duration::from_millis(300));
         other.execute_batch("COMMIT").unwrap();
     });
-    writer.transaction(&mut |tx| insert_rows(tx, "run_n", 5, 1)).unwrap();
+    writer
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_n", 5, 1))
+        .unwrap();
     releaser.join().unwrap();
     assert_eq!(count_rows(&reader, "run_n"), 6);
 }
@@ -152,14 +160,16 @@ fn a_transaction_if_immediate_runs_only_where_nothing_would_wait() {
 fn a_transaction_if_immediate_is_declined_before_its_commit_could_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
-    writer.transaction(&mut |tx| insert_rows(tx, "run_w", 0, 1)).unwrap();
+    writer
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_w", 0, 1))
+        .unwrap();
     // A reader's snapshot from before keeps the WAL from starting over, so it only grows.
     let snapshot = Connection::open(dir.path().join("events/events.db")).unwrap();
     snapshot.execute_batch("BEGIN; SELECT COUNT(*) FROM events;").unwrap();
     let (mut rows, mut now) = (1, 0);
     loop {
         let before = writer.checkpointer.as_ref().unwrap().wal.pages.load(Ordering::Relaxed);
-        let outcome = writer.transaction_if_immediate(&mut |tx| insert_rows(tx, "run_w", rows, 100));
+        let outcome = writer.transaction_if_immediate(&Scope::NONE, &mut |tx| insert_rows(tx, "run_w", rows, 100));
         if before >= CHECKPOINT_INLINE_AT - NOW_MARGIN {
             assert!(outcome.is_none(), "a commit now at {before} WAL pages");
             break;
@@ -172,7 +182,7 @@ fn a_transaction_if_immediate_is_declined_before_its_commit_could_checkpoint() {
             // The checkpoint thread was running (woken by the growing WAL, with nothing it
             // may copy): as the world does, commit on a thread that may wait.
             None => writer
-                .transaction(&mut |tx| insert_rows(tx, "run_w", rows, 100))
+                .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_w", rows, 100))
                 .unwrap(),
         }
         rows += 100;
@@ -180,7 +190,9 @@ fn a_transaction_if_immediate_is_declined_before_its_commit_could_checkpoint() {
     }
     assert!(now > 0, "no transaction was committed now");
     // What may wait still commits (and checkpoints inside itself, as before).
-    writer.transaction(&mut |tx| insert_rows(tx, "run_w", rows, 1)).unwrap();
+    writer
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_w", rows, 1))
+        .unwrap();
     drop(snapshot);
     assert_eq!(count_rows(&reader, "run_w") as u64, rows + 1);
 }
@@ -207,18 +219,20 @@ fn a_transaction_if_immediate_is_declined_where_its_commit_would_start_the_wal_o
     // The next commit starts the WAL over, writing (and syncing) its header: not now.
     let mut ran = false;
     assert!(writer
-        .transaction_if_immediate(&mut |tx| {
+        .transaction_if_immediate(&Scope::NONE, &mut |tx| {
             ran = true;
             insert_rows(tx, "run_s", 1200, 1)
         })
         .is_none());
     assert!(!ran);
-    writer.transaction(&mut |tx| insert_rows(tx, "run_s", 1200, 1)).unwrap();
+    writer
+        .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_s", 1200, 1))
+        .unwrap();
     let pages = wal.pages.load(Ordering::Relaxed);
     assert!(pages < 16, "the WAL did not start over: {pages} pages");
     assert_eq!(wal.checkpointed.load(Ordering::Relaxed), 0);
     writer
-        .transaction_if_immediate(&mut |tx| insert_rows(tx, "run_s", 1201, 1))
+        .transaction_if_immediate(&Scope::NONE, &mut |tx| insert_rows(tx, "run_s", 1201, 1))
         .unwrap()
         .unwrap();
     assert_eq!(count_rows(&reader, "run_s"), 1202);
@@ -250,7 +264,7 @@ fn a_panic_inside_a_transaction_rolls_it_back_and_releases_the_write_lock() {
     let (mut writer, reader) = open(dir.path(), Durability::Normal).unwrap();
     commit_rows(&mut writer, "run_p", 0, 1);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = writer.transaction(&mut |tx| {
+        let _ = writer.transaction(&Scope::NONE, &mut |tx| {
             tx.insert(&RowRef::plain("run_p", 2, "evt_0000000000000000", "{}"))?;
             panic!("a bug in the middle of a group");
         });
@@ -333,7 +347,7 @@ fn at_normal_the_writer_starts_writing_the_wal_back_as_commits_add_to_it() {
     let mut now = 0;
     for _ in 0..600 {
         let before = wal.written_back.load(Ordering::Relaxed);
-        match writer.transaction_if_immediate(&mut |tx| insert_rows(tx, "run_wb", n, 1)) {
+        match writer.transaction_if_immediate(&Scope::NONE, &mut |tx| insert_rows(tx, "run_wb", n, 1)) {
             Some(done) => {
                 done.unwrap();
                 now += 1;
@@ -494,7 +508,7 @@ fn a_writer_whose_files_were_deleted_while_open_refuses_to_write() {
             let err = _reader.last_sequence("run_d").unwrap_err();
             assert!(err.to_string().contains("deleted, moved or replaced"), "{err}");
         }
-        let err = writer.transaction(&mut |_| Ok(())).unwrap_err();
+        let err = writer.transaction(&Scope::NONE, &mut |_| Ok(())).unwrap_err();
         assert_eq!(err.code(), "WORLD_IO", "{deleted}: {err}");
         assert!(
             err.to_string()
@@ -507,7 +521,7 @@ fn a_writer_whose_files_were_deleted_while_open_refuses_to_write() {
         match deleted {
             "events.db" => {
                 let (mut other, _) = open(&dir, Durability::Normal).unwrap();
-                other.transaction(&mut |_| Ok(())).unwrap();
+                other.transaction(&Scope::NONE, &mut |_| Ok(())).unwrap();
             }
             "events.db-shm" => assert_eq!(open(&dir, Durability::Normal).map(drop).unwrap_err().code(), "WORLD_IO"),
             _ => {}
@@ -524,7 +538,7 @@ fn a_writer_whose_wal_was_deleted_copies_it_into_the_database_before_refusing() 
         commit_rows(&mut writer, "run_w", 0, 3);
         std::fs::remove_file(dir.path().join("events/events.db-wal")).unwrap();
         let err = writer
-            .transaction(&mut |tx| insert_rows(tx, "run_w", 3, 1))
+            .transaction(&Scope::NONE, &mut |tx| insert_rows(tx, "run_w", 3, 1))
             .unwrap_err();
         assert_eq!(err.code(), "WORLD_IO", "{err}");
         assert_eq!(writer.damage, Some((Damage::Rescued, WAL)));

@@ -6,7 +6,7 @@ use super::files::{OpenedFile, StoreFiles, WAL};
 use super::reader::find_by_key;
 use super::{exec, last_sequence, schema, terminal};
 use crate::core::error::{Result, WorldError};
-use crate::core::store::{KeyedEvent, LogTx, LogWriter, RowRef};
+use crate::core::store::{KeyedEvent, LogTx, LogWriter, RowRef, Scope};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -139,7 +139,7 @@ impl SqliteWriter {
 pub(super) const NOW_MARGIN: i32 = 256;
 
 impl LogWriter for SqliteWriter {
-    fn transaction(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+    fn transaction(&mut self, _scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         self.exec("BEGIN IMMEDIATE", "beginning a write transaction")
             .and_then(|()| self.begun_version())
             .and_then(|version| self.write(body, version))
@@ -153,7 +153,11 @@ impl LogWriter for SqliteWriter {
     /// checkpoint has copied all of it) nor checkpoints inside itself (near
     /// [`CHECKPOINT_INLINE_AT`]). The WAL's size is read there, not taken from what this
     /// connection's hook was told, since other connections commit too.
-    fn transaction_if_immediate(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>> {
+    fn transaction_if_immediate(
+        &mut self,
+        _scope: &Scope<'_>,
+        body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>> {
         let wal = self.checkpointer.as_ref()?.wal.clone();
         self.conn.busy_timeout(Duration::ZERO).ok()?;
         let begun = self.exec("BEGIN IMMEDIATE", "beginning a write transaction");

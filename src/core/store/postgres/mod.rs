@@ -1,0 +1,493 @@
+//! The `postgres` world's event store: the same rows as SQLite's, in a PostgreSQL schema shared
+//! by any number of processes on any number of hosts.
+//!
+//! A group of appends is one transaction of the writer's own connection, in two round trips:
+//!
+//! 1. `BEGIN`; make sure each stream of the group has its `runs` row and lock those rows
+//!    (`FOR UPDATE`, in id order, so two hosts never deadlock); then, in statements that start
+//!    after the locks are held and so see every commit of an earlier holder, read what the
+//!    append rules will ask: each stream's last sequence, end, token counts and estimates, and
+//!    the rows holding the group's idempotency keys.
+//! 2. The rules run against that ([`tx::PgTx`]), staging rows; then the rows, terminals,
+//!    estimates and the streams' new last sequences are written with one statement each (arrays,
+//!    `unnest`), a guard statement reads the transaction's id, and `COMMIT`. A `NOTIFY` on the
+//!    schema's channel follows the commit, outside the transaction.
+//!
+//! A stream's sequences are handed out under its row's lock, held until commit, so they are
+//! dense and a stream's commits become visible in sequence order, whichever host appends.
+//! Statements are pipelined only as prepared statements, which run in the order sent. A
+//! transaction is taken as committed only when every statement and the guard succeeded and
+//! `COMMIT` returned: a statement that failed makes the guard fail (the server has aborted the
+//! transaction) where the client library would report the `COMMIT` that became a rollback as a
+//! success. When the connection goes while `COMMIT` may have been received, the transaction's
+//! fate is asked of the server by its id (`pg_xact_status`) on a new connection; only if that
+//! cannot be known is the group failed as unknown, to be resolved by retrying with the same
+//! idempotency keys.
+//!
+//! - `tx`: the transaction the append rules see;
+//! - `reader`: listings and the other reads, on pooled connections;
+//! - `listen`: word of other processes' commits, through `LISTEN`.
+
+pub mod listen;
+pub mod reader;
+mod tx;
+
+use crate::core::error::{Result, WorldError};
+use crate::core::pg::{col, Db};
+use crate::core::store::{LogTx, LogWriter, Scope};
+pub use reader::PgReader;
+use std::sync::Arc;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Statement};
+use tx::{Known, PgTx, RunState};
+
+/// The writer: one connection of its own, made when first needed and again after it is lost.
+pub struct PgWriter {
+    db: Arc<Db>,
+    conn: Option<Conn>,
+}
+
+/// A live connection and its prepared statements.
+struct Conn {
+    client: Client,
+    st: Statements,
+}
+
+struct Statements {
+    ensure_runs: Statement,
+    lock_runs: Statement,
+    keys: Statement,
+    terminals: Statement,
+    estimates: Statement,
+    insert_events: Statement,
+    insert_terminals: Statement,
+    put_estimates: Statement,
+    update_runs: Statement,
+    guard: Statement,
+    notify: Statement,
+}
+
+impl Statements {
+    async fn prepare(db: &Db, c: &Client) -> std::result::Result<Statements, tokio_postgres::Error> {
+        let t = |name: &str| db.table(name);
+        let text_array = Type::TEXT_ARRAY;
+        let int_array = Type::INT8_ARRAY;
+        Ok(Statements {
+            ensure_runs: c
+                .prepare_typed(
+                    &format!(
+                        "INSERT INTO {} (run_id) SELECT r FROM unnest($1::text[]) AS r ORDER BY r ON CONFLICT (run_id) DO NOTHING",
+                        t("runs")
+                    ),
+                    &[text_array.clone()],
+                )
+                .await?,
+            lock_runs: c
+                .prepare_typed(
+                    &format!(
+                        "SELECT run_id, last_sequence, input_tokens, output_tokens, cached_tokens, reasoning_tokens \
+                         FROM {} WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE",
+                        t("runs")
+                    ),
+                    &[text_array.clone()],
+                )
+                .await?,
+            keys: c
+                .prepare_typed(
+                    &format!(
+                        "SELECT e.run_id, e.idempotency_key, e.sequence, e.request_digest, e.envelope \
+                         FROM {} e JOIN unnest($1::text[], $2::text[]) AS k(run_id, key) \
+                         ON e.run_id = k.run_id AND e.idempotency_key = k.key",
+                        t("events")
+                    ),
+                    &[text_array.clone(), text_array.clone()],
+                )
+                .await?,
+            terminals: c
+                .prepare_typed(
+                    &format!(
+                        "SELECT t.run_id, t.node_id, t.sequence FROM {} t \
+                         JOIN unnest($1::text[], $2::text[]) AS k(run_id, node_id) \
+                         ON t.run_id = k.run_id AND t.node_id = k.node_id",
+                        t("terminals")
+                    ),
+                    &[text_array.clone(), text_array.clone()],
+                )
+                .await?,
+            estimates: c
+                .prepare_typed(
+                    &format!("SELECT run_id, model, open FROM {} WHERE run_id = ANY($1)", t("estimates")),
+                    &[text_array.clone()],
+                )
+                .await?,
+            insert_events: c
+                .prepare_typed(
+                    &format!(
+                        "INSERT INTO {} (run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope) \
+                         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])",
+                        t("events")
+                    ),
+                    &[
+                        text_array.clone(),
+                        int_array.clone(),
+                        text_array.clone(),
+                        text_array.clone(),
+                        text_array.clone(),
+                        text_array.clone(),
+                        text_array.clone(),
+                        text_array.clone(),
+                    ],
+                )
+                .await?,
+            insert_terminals: c
+                .prepare_typed(
+                    &format!(
+                        "INSERT INTO {} (run_id, node_id, sequence, type) \
+                         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[])",
+                        t("terminals")
+                    ),
+                    &[text_array.clone(), text_array.clone(), int_array.clone(), text_array.clone()],
+                )
+                .await?,
+            put_estimates: c
+                .prepare_typed(
+                    &format!(
+                        "INSERT INTO {} AS e (run_id, model, open) SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \
+                         ON CONFLICT (run_id, model) DO UPDATE SET open = excluded.open",
+                        t("estimates")
+                    ),
+                    &[text_array.clone(), text_array.clone(), int_array.clone()],
+                )
+                .await?,
+            update_runs: c
+                .prepare_typed(
+                    &format!(
+                        "UPDATE {} AS r SET last_sequence = u.last, \
+                         first_recorded_at = coalesce(r.first_recorded_at, u.at), last_recorded_at = u.at, \
+                         input_tokens = u.i, output_tokens = u.o, cached_tokens = u.c, reasoning_tokens = u.rt \
+                         FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) \
+                         AS u(run_id, last, at, i, o, c, rt) WHERE r.run_id = u.run_id",
+                        t("runs")
+                    ),
+                    &[
+                        text_array.clone(),
+                        int_array.clone(),
+                        text_array.clone(),
+                        int_array.clone(),
+                        int_array.clone(),
+                        int_array.clone(),
+                        int_array,
+                    ],
+                )
+                .await?,
+            guard: c.prepare_typed("SELECT pg_current_xact_id()::text", &[]).await?,
+            notify: c
+                .prepare_typed("SELECT pg_notify($1, $2)", &[Type::TEXT, Type::TEXT])
+                .await?,
+        })
+    }
+}
+
+/// The payload of a commit's notification: its streams, one per line, or nothing (anything may
+/// have changed) when they would not fit in a notification.
+fn announcement(streams: &[&str]) -> String {
+    let text = streams.join("\n");
+    if text.len() < 7000 {
+        text
+    } else {
+        String::new()
+    }
+}
+
+impl PgWriter {
+    pub fn new(db: Arc<Db>) -> PgWriter {
+        PgWriter { db, conn: None }
+    }
+
+    /// The writer's connection, made (and the schema checked) if there is none or it was lost.
+    async fn conn(db: &Db, conn: &mut Option<Conn>) -> Result<()> {
+        if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+            *conn = None;
+        }
+        if conn.is_none() {
+            let client = db.connect().await?;
+            db.ensure_schema(&client).await?;
+            let st = Statements::prepare(db, &client)
+                .await
+                .map_err(|e| db.error("preparing the writer's statements", &e))?;
+            *conn = Some(Conn { client, st });
+        }
+        Ok(())
+    }
+
+    /// Lock the streams `runs` (sorted, distinct) and read what the rules will ask of them.
+    async fn read_scope(db: &Db, c: &Conn, runs: &[String], scope: &Scope<'_>, known: &mut Known) -> Result<()> {
+        let fail = |doing: &'static str| move |e: tokio_postgres::Error| db.error(doing, &e);
+        let (key_runs, keys): (Vec<&str>, Vec<&str>) = scope.keys.iter().copied().unzip();
+        let mut node_runs: Vec<&str> = runs.iter().map(String::as_str).collect();
+        let mut nodes: Vec<&str> = vec![""; runs.len()];
+        for (run, node) in &scope.nodes {
+            node_runs.push(run);
+            nodes.push(node);
+        }
+        let estimate_runs: Vec<&str> = scope
+            .estimates
+            .iter()
+            .copied()
+            .filter(|r| !known.estimated(r))
+            .collect();
+        let (ensured, locked, found, ended, estimates) = futures_util::try_join!(
+            async {
+                c.client
+                    .execute(&c.st.ensure_runs, &[&runs])
+                    .await
+                    .map_err(fail("adding streams"))
+            },
+            async {
+                c.client
+                    .query(&c.st.lock_runs, &[&runs])
+                    .await
+                    .map_err(fail("locking streams"))
+            },
+            async {
+                c.client
+                    .query(&c.st.keys, &[&key_runs, &keys])
+                    .await
+                    .map_err(fail("reading idempotency keys"))
+            },
+            async {
+                c.client
+                    .query(&c.st.terminals, &[&node_runs, &nodes])
+                    .await
+                    .map_err(fail("reading stream ends"))
+            },
+            async {
+                c.client
+                    .query(&c.st.estimates, &[&estimate_runs])
+                    .await
+                    .map_err(fail("reading budget estimates"))
+            },
+        )?;
+        let _ = ensured;
+        for row in &locked {
+            let tokens: [i64; 4] = [col(row, 2)?, col(row, 3)?, col(row, 4)?, col(row, 5)?];
+            known.runs.insert(
+                col(row, 0)?,
+                RunState {
+                    last: col::<i64>(row, 1)? as u64,
+                    usage: tokens.map(|t| t as u64),
+                },
+            );
+        }
+        for run in runs {
+            if !known.runs.contains_key(run) {
+                return Err(WorldError::RuntimeIntegrity {
+                    reason: format!("stream {run} has no row in {} after it was added", db.table("runs")),
+                });
+            }
+            known.asked_ends.insert(run.clone());
+        }
+        for (run, node) in &scope.nodes {
+            known.asked_nodes.insert((run.to_string(), node.to_string()));
+        }
+        for row in &found {
+            known.keys.insert(
+                (col(row, 0)?, col(row, 1)?),
+                crate::core::store::KeyedEvent {
+                    sequence: col::<i64>(row, 2)? as u64,
+                    digest: col::<Option<String>>(row, 3)?.unwrap_or_default(),
+                    envelope: col(row, 4)?,
+                },
+            );
+        }
+        for (run, key) in &scope.keys {
+            known.asked_keys.insert((run.to_string(), key.to_string()));
+        }
+        for row in &ended {
+            known
+                .terminals
+                .insert((col(row, 0)?, col(row, 1)?), col::<i64>(row, 2)? as u64);
+        }
+        for run in &estimate_runs {
+            known.estimates.entry(run.to_string()).or_default();
+        }
+        for row in &estimates {
+            let run: String = col(row, 0)?;
+            known
+                .estimates
+                .entry(run)
+                .or_default()
+                .insert(col(row, 1)?, col::<i64>(row, 2)? as u64);
+        }
+        Ok(())
+    }
+
+    /// Write what `tx` staged and commit; `Ok` only once the commit is known to have happened.
+    async fn write_and_commit(db: &Db, c: &Conn, tx: &PgTx<'_>) -> Result<()> {
+        let fail = |doing: &'static str| move |e: tokio_postgres::Error| db.error(doing, &e);
+        let w = tx.writes();
+        let streams: Vec<&str> = w.runs.iter().map(|r| r.0).collect();
+        let inserts = async {
+            if !w.events.0.is_empty() {
+                let e = &w.events;
+                c.client
+                    .execute(&c.st.insert_events, &[&e.0, &e.1, &e.2, &e.3, &e.4, &e.5, &e.6, &e.7])
+                    .await
+                    .map_err(fail("inserting events"))?;
+            }
+            Ok::<_, WorldError>(())
+        };
+        let terminals = async {
+            if !w.terminals.0.is_empty() {
+                let t = &w.terminals;
+                c.client
+                    .execute(&c.st.insert_terminals, &[&t.0, &t.1, &t.2, &t.3])
+                    .await
+                    .map_err(fail("recording stream ends"))?;
+            }
+            Ok(())
+        };
+        let estimates = async {
+            if !w.estimates.0.is_empty() {
+                let e = &w.estimates;
+                c.client
+                    .execute(&c.st.put_estimates, &[&e.0, &e.1, &e.2])
+                    .await
+                    .map_err(fail("recording budget estimates"))?;
+            }
+            Ok(())
+        };
+        let runs = async {
+            if !w.runs.is_empty() {
+                let (ids, last, at, i, o, ca, rt) = w.run_columns();
+                c.client
+                    .execute(&c.st.update_runs, &[&ids, &last, &at, &i, &o, &ca, &rt])
+                    .await
+                    .map_err(fail("recording the streams' last sequences"))?;
+            }
+            Ok(())
+        };
+        let guard = async { c.client.query_one(&c.st.guard, &[]).await };
+        let commit = async { c.client.batch_execute("COMMIT").await };
+        let (inserted, ended, estimated, counted, guarded, committed) =
+            futures_util::join!(inserts, terminals, estimates, runs, guard, commit);
+        let xid = guarded.as_ref().ok().and_then(|row| row.try_get::<_, String>(0).ok());
+        // The first failure is the cause; the guard's and the commit's follow from it.
+        inserted.and(ended).and(estimated).and(counted)?;
+        match (guarded, committed) {
+            (Ok(_), Ok(())) => {}
+            (Err(e), _) if !e.is_closed() => return Err(db.error("committing", &e)),
+            (_, Err(e)) if !e.is_closed() => return Err(db.error("committing", &e)),
+            // Committed or not, as the server says; this connection is gone either way.
+            (_, Err(e)) | (Err(e), _) => return Self::lost_commit(db, xid, &e).await,
+        }
+        if !streams.is_empty() {
+            // A hint for other processes' live views: a failure loses nothing, as they poll too.
+            let _ = c
+                .client
+                .query(&c.st.notify, &[&db.channel(), &announcement(&streams)])
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The outcome of a group whose connection went while its `COMMIT` may have reached the
+    /// server: asked of the server by the transaction's id, where that came back.
+    async fn lost_commit(db: &Db, xid: Option<String>, e: &tokio_postgres::Error) -> Result<()> {
+        let unknown = || WorldError::Database {
+            context: "committing".into(),
+            server: db.server.clone(),
+            message: format!(
+                "the connection was lost while committing ({e}), and whether the commit happened cannot be known: \
+                 retry with the same appendIdempotencyKey to find out"
+            ),
+            sqlstate: None,
+        };
+        let Some(xid) = xid else {
+            return Err(unknown());
+        };
+        let status = async {
+            let client = db.connect().await.ok()?;
+            let row = client
+                .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid])
+                .await
+                .ok()?;
+            row.try_get::<_, Option<String>>(0).ok().flatten()
+        }
+        .await;
+        match status.as_deref() {
+            Some("committed") => Ok(()),
+            Some("aborted") => Err(WorldError::Database {
+                context: "committing".into(),
+                server: db.server.clone(),
+                message: format!("the connection was lost while committing ({e}); nothing was stored"),
+                sqlstate: None,
+            }),
+            _ => Err(unknown()),
+        }
+    }
+}
+
+impl LogWriter for PgWriter {
+    fn transaction(&mut self, scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
+        let db = self.db.clone();
+        let mut runs: Vec<String> = scope.runs.iter().map(|r| r.to_string()).collect();
+        runs.sort();
+        runs.dedup();
+        let conn = &mut self.conn;
+        let outcome = db.block_on(async {
+            Self::conn(&db, conn).await?;
+            let c = conn.as_ref().expect("just connected");
+            c.client
+                .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                .await
+                .map_err(|e| db.error("beginning a transaction", &e))?;
+            let mut known = Known::default();
+            let result = async {
+                Self::read_scope(&db, c, &runs, scope, &mut known).await?;
+                Ok::<_, WorldError>(())
+            }
+            .await;
+            Ok::<_, WorldError>((result, known))
+        });
+        let (read, known) = match outcome {
+            Ok(v) => v,
+            Err(e) => return Err(self.failed(e)),
+        };
+        let result = read.and_then(|()| {
+            let c = self.conn.as_ref().expect("connected");
+            let mut tx = PgTx::new(&self.db, c, known);
+            body(&mut tx)?;
+            let db = self.db.clone();
+            db.block_on(Self::write_and_commit(&db, c, &tx))
+        });
+        result.map_err(|e| self.failed(e))
+    }
+
+    /// Every commit waits for the server.
+    fn transaction_if_immediate(
+        &mut self,
+        _scope: &Scope<'_>,
+        _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>> {
+        None
+    }
+}
+
+impl PgWriter {
+    /// After a failure: roll back what is open, and drop a connection that is gone.
+    fn failed(&mut self, e: WorldError) -> WorldError {
+        if let Some(c) = &self.conn {
+            if c.client.is_closed() {
+                self.conn = None;
+            } else {
+                let db = self.db.clone();
+                let rolled_back = db.block_on(c.client.batch_execute("ROLLBACK"));
+                if rolled_back.is_err() {
+                    self.conn = None;
+                }
+            }
+        }
+        e
+    }
+}

@@ -1,0 +1,236 @@
+//! The reads of a `postgres` world's event store, each on a pooled connection.
+//!
+//! A stream is read by sequence: its commits become visible in sequence order (see the module
+//! above), so a read after sequence `n` never misses a row that commits later. What changed
+//! across streams is read by transaction id, as emmett's PostgreSQL store reads its messages:
+//! rows whose writing transaction is older than every transaction still running
+//! (`pg_snapshot_xmin`), after the last such bound. A transaction that commits late, after
+//! others that began after it, is found then, never skipped; while one runs long, the feed waits
+//! for it (notifications still wake a stream's readers meanwhile: see `listen`).
+
+use super::listen::Listener;
+use crate::core::error::{Result, WorldError};
+use crate::core::pg::{col, Db};
+use crate::core::store::{Announcer, Changes, Dense, KeyedEvent, LogReader, RowRef, StreamSummary};
+use std::sync::{Arc, OnceLock};
+
+/// Streams listed by one look at what changed; past this, anything may have.
+const CHANGES_LISTED: i64 = 100_000;
+
+pub struct PgReader {
+    db: Arc<Db>,
+    listener: OnceLock<Arc<Listener>>,
+}
+
+impl PgReader {
+    pub fn new(db: Arc<Db>) -> PgReader {
+        PgReader {
+            db,
+            listener: OnceLock::new(),
+        }
+    }
+
+    fn query(
+        &self,
+        doing: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let db = &self.db;
+        db.block_on(async {
+            let client = db.pooled().await?;
+            let statement = client.prepare_cached(sql).await.map_err(|e| db.error(doing, &e))?;
+            client.query(&statement, params).await.map_err(|e| db.error(doing, &e))
+        })
+    }
+}
+
+impl LogReader for PgReader {
+    fn envelopes(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<()> {
+        let rows = self.query(
+            "listing events",
+            &format!(
+                "SELECT sequence, envelope FROM {} WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
+                self.db.table("events")
+            ),
+            &[&run_id, &(after as i64), &limit.map(|l| l.min(i64::MAX as u64) as i64)],
+        )?;
+        let mut dense = Dense::after(run_id, after);
+        for row in &rows {
+            dense.check(col::<i64>(row, 0)? as u64)?;
+            sink(col(row, 1)?)?;
+        }
+        Ok(())
+    }
+
+    fn rows(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let rows = self.query(
+            "listing events",
+            &format!(
+                "SELECT sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope FROM {} \
+                 WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
+                self.db.table("events")
+            ),
+            &[&run_id, &(after as i64), &limit.map(|l| l.min(i64::MAX as u64) as i64)],
+        )?;
+        let mut dense = Dense::after(run_id, after);
+        for row in &rows {
+            let sequence = col::<i64>(row, 0)? as u64;
+            dense.check(sequence)?;
+            sink(RowRef {
+                run_id,
+                sequence,
+                event_id: col(row, 1)?,
+                event_type: col(row, 2)?,
+                key: col(row, 3)?,
+                digest: col(row, 4)?,
+                recorded_at: col(row, 5)?,
+                envelope: col(row, 6)?,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn streams(&self) -> Result<Vec<StreamSummary>> {
+        let rows = self.query(
+            "listing streams",
+            &format!(
+                "SELECT run_id, last_sequence, first_recorded_at, last_recorded_at FROM {} \
+                 WHERE last_sequence > 0 ORDER BY run_id COLLATE \"C\"",
+                self.db.table("runs")
+            ),
+            &[],
+        )?;
+        rows.iter()
+            .map(|row| {
+                let last = col::<i64>(row, 1)? as u64;
+                Ok(StreamSummary {
+                    run_id: col(row, 0)?,
+                    event_count: last,
+                    last_sequence: last,
+                    first_recorded_at: col::<Option<String>>(row, 2)?.unwrap_or_default(),
+                    last_recorded_at: col::<Option<String>>(row, 3)?.unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    fn last_sequence(&self, run_id: &str) -> Result<u64> {
+        let rows = self.query(
+            "reading a stream's last sequence",
+            &format!("SELECT last_sequence FROM {} WHERE run_id = $1", self.db.table("runs")),
+            &[&run_id],
+        )?;
+        Ok(match rows.first() {
+            Some(row) => col::<i64>(row, 0)? as u64,
+            None => 0,
+        })
+    }
+
+    fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
+        let rows = self.query(
+            "reading an idempotency key",
+            &format!(
+                "SELECT sequence, request_digest, envelope FROM {} WHERE run_id = $1 AND idempotency_key = $2",
+                self.db.table("events")
+            ),
+            &[&run_id, &key],
+        )?;
+        rows.first()
+            .map(|row| {
+                Ok(KeyedEvent {
+                    sequence: col::<i64>(row, 0)? as u64,
+                    digest: col::<Option<String>>(row, 1)?.unwrap_or_default(),
+                    envelope: col(row, 2)?,
+                })
+            })
+            .transpose()
+    }
+
+    /// The mark is a transaction id: every transaction at or below it has ended. The streams
+    /// written by transactions past the last mark and below the oldest one still running.
+    fn changes(&self, since: Option<i64>) -> Result<Changes> {
+        let rows = self.query(
+            "looking for new events",
+            &format!(
+                "SELECT s.bound::text, e.run_id FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS bound) s \
+                 LEFT JOIN LATERAL (SELECT DISTINCT run_id FROM {} WHERE $1::int8 >= 0 AND xid > ($1::int8)::text::xid8 \
+                 AND xid < s.bound LIMIT {}) e ON true",
+                self.db.table("events"),
+                CHANGES_LISTED + 1
+            ),
+            &[&since.unwrap_or(-1)],
+        )?;
+        let bound: String = match rows.first() {
+            Some(row) => col(row, 0)?,
+            None => {
+                return Err(WorldError::RuntimeIntegrity {
+                    reason: "the server gave no snapshot".into(),
+                })
+            }
+        };
+        let mark = bound.parse::<i64>().map_err(|_| WorldError::RuntimeIntegrity {
+            reason: format!("the server gave a transaction id that is not a number: {bound}"),
+        })? - 1;
+        let streams: Vec<String> = rows
+            .iter()
+            .filter_map(|row| row.try_get::<_, Option<String>>(1).ok().flatten())
+            .collect();
+        let streams = match since {
+            None => Some(Vec::new()),
+            Some(_) if streams.len() as i64 > CHANGES_LISTED => None,
+            Some(_) => Some(streams),
+        };
+        Ok(Changes { mark, streams })
+    }
+
+    /// Each stream's last sequence against its rows: their count and their greatest sequence.
+    fn check_storage(&self, _thorough: bool) -> Result<Vec<String>> {
+        let rows = self.query(
+            "checking the stored rows",
+            &format!(
+                "SELECT r.run_id, r.last_sequence, coalesce(e.n, 0), coalesce(e.top, 0) FROM {} r \
+                 LEFT JOIN (SELECT run_id, count(*) AS n, max(sequence) AS top FROM {} GROUP BY run_id) e USING (run_id) \
+                 WHERE r.last_sequence <> coalesce(e.n, 0) OR r.last_sequence <> coalesce(e.top, 0) ORDER BY r.run_id",
+                self.db.table("runs"),
+                self.db.table("events")
+            ),
+            &[],
+        )?;
+        rows.iter()
+            .map(|row| {
+                Ok(format!(
+                    "{}: its last sequence is {} but it holds {} rows up to sequence {}",
+                    col::<String>(row, 0)?,
+                    col::<i64>(row, 1)?,
+                    col::<i64>(row, 2)?,
+                    col::<i64>(row, 3)?
+                ))
+            })
+            .collect()
+    }
+
+    fn announcer(&self) -> Option<Arc<dyn Announcer>> {
+        let listener = self.listener.get_or_init(|| Listener::start(self.db.clone()));
+        Some(listener.clone())
+    }
+
+    fn close(&self) {
+        if let Some(l) = self.listener.get() {
+            l.stop();
+        }
+        self.db.close();
+    }
+}

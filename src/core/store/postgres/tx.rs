@@ -1,0 +1,402 @@
+//! The transaction the append rules see: what was read under the streams' locks, and the rows
+//! staged on top of it, written in one go at commit.
+//!
+//! A savepoint is a mark in the staged lists, as in the memory store: nothing reaches the server
+//! before the group's writes, so undoing an append is truncating what it staged. A question the
+//! transaction's [`Scope`](crate::core::store::Scope) did not announce is asked of the server on
+//! the spot (locking a stream first), which is slower and as correct.
+
+use super::Conn;
+use crate::core::error::{Result, WorldError};
+use crate::core::pg::{col, Db};
+use crate::core::store::{KeyedEvent, LogTx, RowRef};
+use std::collections::{HashMap, HashSet};
+
+/// A stream's state when its lock was taken.
+pub(super) struct RunState {
+    pub last: u64,
+    pub usage: [u64; 4],
+}
+
+/// What was read under the locks.
+#[derive(Default)]
+pub(super) struct Known {
+    pub runs: HashMap<String, RunState>,
+    pub keys: HashMap<(String, String), KeyedEvent>,
+    pub asked_keys: HashSet<(String, String)>,
+    /// Terminal events by `(stream, node)` ('' for the stream's own end).
+    pub terminals: HashMap<(String, String), u64>,
+    pub asked_ends: HashSet<String>,
+    pub asked_nodes: HashSet<(String, String)>,
+    /// Open budget estimates by stream, then model.
+    pub estimates: HashMap<String, HashMap<String, u64>>,
+}
+
+impl Known {
+    pub fn estimated(&self, run: &str) -> bool {
+        self.estimates.contains_key(run)
+    }
+}
+
+struct Staged {
+    run_id: String,
+    sequence: u64,
+    event_id: String,
+    event_type: String,
+    key: Option<String>,
+    digest: Option<String>,
+    recorded_at: String,
+    envelope: String,
+}
+
+pub(super) struct PgTx<'a> {
+    db: &'a Db,
+    conn: &'a Conn,
+    known: Known,
+    rows: Vec<Staged>,
+    terminals: Vec<(String, String, u64, String)>,
+    /// Stream, model, amount, released.
+    estimates: Vec<(String, String, u64, bool)>,
+    usage: Vec<(String, [u64; 4])>,
+    mark: (usize, usize, usize, usize),
+}
+
+/// The columns of the group's writes, borrowed from the staged rows.
+#[allow(clippy::type_complexity)]
+pub(super) struct Writes<'a> {
+    pub events: (
+        Vec<&'a str>,
+        Vec<i64>,
+        Vec<&'a str>,
+        Vec<&'a str>,
+        Vec<Option<&'a str>>,
+        Vec<Option<&'a str>>,
+        Vec<&'a str>,
+        Vec<&'a str>,
+    ),
+    pub terminals: (Vec<&'a str>, Vec<&'a str>, Vec<i64>, Vec<&'a str>),
+    pub estimates: (Vec<&'a str>, Vec<&'a str>, Vec<i64>),
+    /// Each stream written to: its last sequence, its last `recordedAt` and its token counts.
+    pub runs: Vec<(&'a str, u64, &'a str, [u64; 4])>,
+}
+
+impl Writes<'_> {
+    #[allow(clippy::type_complexity)]
+    pub fn run_columns(&self) -> (Vec<&str>, Vec<i64>, Vec<&str>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>) {
+        let mut out = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
+        for (run, last, at, usage) in &self.runs {
+            out.0.push(*run);
+            out.1.push(*last as i64);
+            out.2.push(*at);
+            out.3.push(usage[0] as i64);
+            out.4.push(usage[1] as i64);
+            out.5.push(usage[2] as i64);
+            out.6.push(usage[3] as i64);
+        }
+        out
+    }
+}
+
+fn apply(open: u64, amount: u64, released: bool) -> u64 {
+    if released {
+        open.saturating_sub(amount)
+    } else {
+        open.saturating_add(amount)
+    }
+}
+
+impl<'a> PgTx<'a> {
+    pub fn new(db: &'a Db, conn: &'a Conn, known: Known) -> PgTx<'a> {
+        PgTx {
+            db,
+            conn,
+            known,
+            rows: Vec::new(),
+            terminals: Vec::new(),
+            estimates: Vec::new(),
+            usage: Vec::new(),
+            mark: (0, 0, 0, 0),
+        }
+    }
+
+    /// Lock `run` and read its state, for a question the scope did not announce.
+    fn read_run(&mut self, run: &str) -> Result<()> {
+        let runs = vec![run.to_string()];
+        let scope = crate::core::store::Scope {
+            runs: vec![run],
+            ..Default::default()
+        };
+        let (db, conn) = (self.db, self.conn);
+        db.block_on(super::PgWriter::read_scope(db, conn, &runs, &scope, &mut self.known))
+    }
+
+    fn run(&mut self, run: &str) -> Result<&RunState> {
+        if !self.known.runs.contains_key(run) {
+            self.read_run(run)?;
+        }
+        Ok(&self.known.runs[run])
+    }
+
+    /// The open estimates of `run` by model, as stored (read now if they were not).
+    fn stored_estimates(&mut self, run: &str) -> Result<&HashMap<String, u64>> {
+        if !self.known.estimated(run) {
+            let (db, conn) = (self.db, self.conn);
+            let rows = db
+                .block_on(conn.client.query(&conn.st.estimates, &[&vec![run]]))
+                .map_err(|e| db.error("reading budget estimates", &e))?;
+            let mut models = HashMap::new();
+            for row in &rows {
+                models.insert(col::<String>(row, 1)?, col::<i64>(row, 2)? as u64);
+            }
+            self.known.estimates.insert(run.to_string(), models);
+        }
+        Ok(&self.known.estimates[run])
+    }
+
+    /// The group's writes, as columns.
+    pub fn writes(&self) -> Writes<'_> {
+        let mut w = Writes {
+            events: Default::default(),
+            terminals: Default::default(),
+            estimates: Default::default(),
+            runs: Vec::new(),
+        };
+        let mut runs: HashMap<&str, usize> = HashMap::new();
+        for r in &self.rows {
+            let e = &mut w.events;
+            e.0.push(&r.run_id);
+            e.1.push(r.sequence as i64);
+            e.2.push(&r.event_id);
+            e.3.push(&r.event_type);
+            e.4.push(r.key.as_deref());
+            e.5.push(r.digest.as_deref());
+            e.6.push(&r.recorded_at);
+            e.7.push(&r.envelope);
+            let at = *runs.entry(&r.run_id).or_insert_with(|| {
+                w.runs.push((&r.run_id, 0, "", self.known.runs[&r.run_id].usage));
+                w.runs.len() - 1
+            });
+            w.runs[at].1 = r.sequence;
+            w.runs[at].2 = &r.recorded_at;
+        }
+        for (run, tokens) in &self.usage {
+            if let Some(&at) = runs.get(run.as_str()) {
+                let usage = &mut w.runs[at].3;
+                *usage = std::array::from_fn(|i| usage[i].saturating_add(tokens[i]));
+            }
+        }
+        for (run, node, sequence, event_type) in &self.terminals {
+            let t = &mut w.terminals;
+            t.0.push(run);
+            t.1.push(node);
+            t.2.push(*sequence as i64);
+            t.3.push(event_type);
+        }
+        let mut open: Vec<((&str, &str), u64)> = Vec::new();
+        for (run, model, amount, released) in &self.estimates {
+            let key = (run.as_str(), model.as_str());
+            match open.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => *v = apply(*v, *amount, *released),
+                None => {
+                    let stored = self
+                        .known
+                        .estimates
+                        .get(run)
+                        .and_then(|m| m.get(model))
+                        .copied()
+                        .unwrap_or(0);
+                    open.push((key, apply(stored, *amount, *released)));
+                }
+            }
+        }
+        for ((run, model), value) in open {
+            w.estimates.0.push(run);
+            w.estimates.1.push(model);
+            w.estimates.2.push(value as i64);
+        }
+        w
+    }
+}
+
+impl LogTx for PgTx<'_> {
+    fn last_sequence(&mut self, run_id: &str) -> Result<u64> {
+        if let Some(r) = self.rows.iter().rev().find(|r| r.run_id == run_id) {
+            return Ok(r.sequence);
+        }
+        Ok(self.run(run_id)?.last)
+    }
+
+    fn find_by_key(&mut self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
+        if let Some(r) = self
+            .rows
+            .iter()
+            .find(|r| r.run_id == run_id && r.key.as_deref() == Some(key))
+        {
+            return Ok(Some(KeyedEvent {
+                sequence: r.sequence,
+                digest: r.digest.clone().unwrap_or_default(),
+                envelope: r.envelope.clone(),
+            }));
+        }
+        let asked = (run_id.to_string(), key.to_string());
+        if !self.known.asked_keys.contains(&asked) {
+            self.run(run_id)?;
+            let (db, conn) = (self.db, self.conn);
+            let rows = db
+                .block_on(conn.client.query(&conn.st.keys, &[&vec![run_id], &vec![key]]))
+                .map_err(|e| db.error("reading idempotency keys", &e))?;
+            if let Some(row) = rows.first() {
+                self.known.keys.insert(
+                    asked.clone(),
+                    KeyedEvent {
+                        sequence: col::<i64>(row, 2)? as u64,
+                        digest: col::<Option<String>>(row, 3)?.unwrap_or_default(),
+                        envelope: col(row, 4)?,
+                    },
+                );
+            }
+            self.known.asked_keys.insert(asked.clone());
+        }
+        Ok(self.known.keys.get(&asked).cloned())
+    }
+
+    fn insert(&mut self, row: &RowRef<'_>) -> Result<()> {
+        if row.sequence != self.last_sequence(row.run_id)? + 1 {
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!(
+                    "{} sequence {} would leave a hole or a duplicate",
+                    row.run_id, row.sequence
+                ),
+            });
+        }
+        if let Some(key) = row.key {
+            if self.find_by_key(row.run_id, key)?.is_some() {
+                return Err(WorldError::RuntimeIntegrity {
+                    reason: format!("{} idempotency key {key:?} is already taken", row.run_id),
+                });
+            }
+        }
+        self.rows.push(Staged {
+            run_id: row.run_id.to_string(),
+            sequence: row.sequence,
+            event_id: row.event_id.to_string(),
+            event_type: row.event_type.to_string(),
+            key: row.key.map(str::to_string),
+            digest: row.digest.map(str::to_string),
+            recorded_at: row.recorded_at.to_string(),
+            envelope: row.envelope.to_string(),
+        });
+        Ok(())
+    }
+
+    fn terminal(&mut self, run_id: &str, node: &str) -> Result<Option<u64>> {
+        if let Some(t) = self.terminals.iter().find(|t| t.0 == run_id && t.1 == node) {
+            return Ok(Some(t.2));
+        }
+        let asked = (run_id.to_string(), node.to_string());
+        let announced = if node.is_empty() {
+            self.known.asked_ends.contains(run_id)
+        } else {
+            self.known.asked_nodes.contains(&asked)
+        };
+        if !announced {
+            self.run(run_id)?;
+            let (db, conn) = (self.db, self.conn);
+            let rows = db
+                .block_on(conn.client.query(&conn.st.terminals, &[&vec![run_id], &vec![node]]))
+                .map_err(|e| db.error("reading stream ends", &e))?;
+            if let Some(row) = rows.first() {
+                self.known.terminals.insert(asked.clone(), col::<i64>(row, 2)? as u64);
+            }
+            self.known.asked_nodes.insert(asked.clone());
+            if node.is_empty() {
+                self.known.asked_ends.insert(run_id.to_string());
+            }
+        }
+        Ok(self.known.terminals.get(&asked).copied())
+    }
+
+    fn insert_terminal(&mut self, run_id: &str, node: &str, sequence: u64, event_type: &str) -> Result<()> {
+        if self.terminal(run_id, node)?.is_some() {
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!("{run_id} node {node:?} already has a terminal event"),
+            });
+        }
+        self.terminals
+            .push((run_id.to_string(), node.to_string(), sequence, event_type.to_string()));
+        Ok(())
+    }
+
+    fn estimate(&mut self, run_id: &str, model: &str) -> Result<u64> {
+        let mut open = self.stored_estimates(run_id)?.get(model).copied().unwrap_or(0);
+        for (_, _, amount, released) in self.estimates.iter().filter(|e| e.0 == run_id && e.1 == model) {
+            open = apply(open, *amount, *released);
+        }
+        Ok(open)
+    }
+
+    fn estimate_total(&mut self, run_id: &str) -> Result<u64> {
+        let mut models: Vec<String> = self.stored_estimates(run_id)?.keys().cloned().collect();
+        for e in self.estimates.iter().filter(|e| e.0 == run_id) {
+            if !models.contains(&e.1) {
+                models.push(e.1.clone());
+            }
+        }
+        let mut total = 0u64;
+        for model in models {
+            total = total.saturating_add(self.estimate(run_id, &model)?);
+        }
+        Ok(total)
+    }
+
+    fn add_estimate(&mut self, run_id: &str, model: &str, amount: u64, released: bool) -> Result<()> {
+        self.stored_estimates(run_id)?;
+        self.estimates
+            .push((run_id.to_string(), model.to_string(), amount, released));
+        Ok(())
+    }
+
+    fn usage(&mut self, run_id: &str) -> Result<[u64; 4]> {
+        let mut usage = self.run(run_id)?.usage;
+        for (_, tokens) in self.usage.iter().filter(|u| u.0 == run_id) {
+            usage = std::array::from_fn(|i| usage[i].saturating_add(tokens[i]));
+        }
+        Ok(usage)
+    }
+
+    fn add_usage(&mut self, run_id: &str, tokens: [u64; 4]) -> Result<()> {
+        self.run(run_id)?;
+        self.usage.push((run_id.to_string(), tokens));
+        Ok(())
+    }
+
+    fn savepoint(&mut self) -> Result<()> {
+        self.mark = (
+            self.rows.len(),
+            self.terminals.len(),
+            self.estimates.len(),
+            self.usage.len(),
+        );
+        Ok(())
+    }
+
+    fn release(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn rollback_to(&mut self) -> Result<()> {
+        self.rows.truncate(self.mark.0);
+        self.terminals.truncate(self.mark.1);
+        self.estimates.truncate(self.mark.2);
+        self.usage.truncate(self.mark.3);
+        Ok(())
+    }
+}

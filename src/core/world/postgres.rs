@@ -1,0 +1,32 @@
+//! A `postgres` world: its event store, artifacts, locks and outer-loop manifests in one
+//! PostgreSQL schema, which any number of processes on any number of hosts share.
+
+use super::{Parts, World};
+use crate::core::artifacts::{postgres::PgArtifacts, ArtifactStore};
+use crate::core::error::Result;
+use crate::core::locks::{postgres::PgLocks, Locks};
+use crate::core::materialize::pricing::Pricing;
+use crate::core::outer_loop::{postgres::PgManifests, OuterLoops};
+use crate::core::pg::{Db, Options};
+use crate::core::runtime::Completer;
+use crate::core::store::postgres::{PgReader, PgWriter};
+use std::sync::Arc;
+
+impl World {
+    /// Open the world in the database and schema `options` name. Nothing is connected yet: the
+    /// first call that needs the server connects (and creates or migrates the schema).
+    pub fn open_postgres(options: Options, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
+        let read_only = options.read_only;
+        let db = Db::new(options)?;
+        let parts = Parts {
+            kind: "postgres",
+            data_dir: None,
+            writer: (!read_only).then(|| Box::new(PgWriter::new(db.clone())) as Box<dyn crate::core::store::LogWriter>),
+            reader: Arc::new(PgReader::new(db.clone())),
+            artifacts: ArtifactStore::new(PgArtifacts::new(db.clone())),
+            locks: Locks::new(PgLocks::new(db.clone())),
+            outer_loops: OuterLoops::new(PgManifests::new(db)),
+        };
+        World::open(parts, pricing, completer)
+    }
+}
