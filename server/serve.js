@@ -12,7 +12,7 @@
 'use strict';
 
 const http = require('node:http');
-const { readFileSync } = require('node:fs');
+const { existsSync, readFileSync } = require('node:fs');
 const { join } = require('node:path');
 const { parseArgs } = require('node:util');
 const { WORLD_HELP, WORLD_OPTIONS, UsageError, openWorld } = require('./world-args.js');

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::core::store::memory::MemoryLog;
+use crate::core::store::postgres;
 use crate::core::store::sqlite::{self, Durability};
 use serde_json::json;
 
@@ -47,20 +48,31 @@ fn validation_path(e: WorldError) -> String {
     }
 }
 
+/// A writer, its reader, and what keeps their storage alive until the test is done.
 type Backend = (
     Box<dyn LogWriter>,
     Box<dyn crate::core::store::LogReader>,
-    Option<tempfile::TempDir>,
+    Option<Box<dyn std::any::Any>>,
 );
 
+/// Every backend: memory, SQLite, and PostgreSQL in a fresh schema when the test server is there.
 fn backends() -> Vec<Backend> {
     let mem = MemoryLog::new();
     let dir = tempfile::tempdir().unwrap();
     let (w, r) = sqlite::open(dir.path(), Durability::Normal).unwrap();
-    vec![
+    let mut all: Vec<Backend> = vec![
         (Box::new(mem.clone()), Box::new(mem), None),
-        (Box::new(w), Box::new(r), Some(dir)),
-    ]
+        (Box::new(w), Box::new(r), Some(Box::new(dir))),
+    ];
+    if let Some(schema) = crate::core::pg::testing::test_schema() {
+        let db = schema.db();
+        all.push((
+            Box::new(postgres::PgWriter::new(db.clone())),
+            Box::new(postgres::PgReader::new(db)),
+            Some(Box::new(schema)),
+        ));
+    }
+    all
 }
 
 #[test]

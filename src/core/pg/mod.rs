@@ -12,6 +12,8 @@
 
 pub mod schema;
 pub mod target;
+#[cfg(test)]
+pub mod testing;
 
 use crate::core::error::{Result, WorldError};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -1,4 +1,5 @@
-//! A world: one data directory (or one in-memory store) and the threads that serve it.
+//! A world: one data directory, one in-memory store or one PostgreSQL schema, and the threads that
+//! serve it.
 //!
 //! Appends flow one way through two threads of the world's own, each fed by a FIFO channel:
 //!

@@ -695,3 +695,85 @@ fn the_prep_thread_runs_at_most_a_few_mebibytes_ahead_of_the_writer() {
     world.close(9999).unwrap();
     wait_all(&rx, 1);
 }
+
+/// A `postgres` world in `schema`, or a read-only one.
+fn postgres_world(schema: &crate::core::pg::testing::TestSchema, read_only: bool, c: Arc<dyn Completer>) -> World {
+    let options = crate::core::pg::Options {
+        read_only,
+        ..schema.options()
+    };
+    World::open_postgres(options, Pricing::default(), c).unwrap()
+}
+
+#[test]
+fn two_postgres_worlds_on_one_schema_stay_dense() {
+    let Some(schema) = crate::core::pg::testing::test_schema() else {
+        return;
+    };
+    let (c1, rx1) = channel();
+    let (c2, rx2) = channel();
+    let a = postgres_world(&schema, false, c1);
+    let b = postgres_world(&schema, false, c2);
+    let ta = std::thread::spawn(move || {
+        for i in 0..400 {
+            a.append(i, append("run_shared", i as usize)).unwrap();
+        }
+        a
+    });
+    for i in 0..400 {
+        b.append(i, append("run_shared", i as usize)).unwrap();
+    }
+    let a = ta.join().unwrap();
+    assert!(wait_all(&rx1, 400).into_iter().all(|(_, o)| o.is_ok()));
+    assert!(wait_all(&rx2, 400).into_iter().all(|(_, o)| o.is_ok()));
+    let list = envelopes(&a, "run_shared", 0, None);
+    assert_eq!(list.len(), 800);
+    events::shape::check_log(&list).unwrap();
+    a.close(1000).unwrap();
+    b.close(1001).unwrap();
+    wait_all(&rx1, 1);
+    wait_all(&rx2, 1);
+}
+
+#[test]
+fn a_read_only_postgres_world_reads_what_others_commit_and_refuses_writes() {
+    let Some(schema) = crate::core::pg::testing::test_schema() else {
+        return;
+    };
+    let (c, rx) = channel();
+    // Before any writer has made the schema, a read-only world says there is no world there, as
+    // a read-only local world does for a directory without one.
+    let early = postgres_world(&schema, true, c.clone());
+    let mut none = Vec::new();
+    let err = early
+        .reader()
+        .envelopes("run_r", 0, None, &mut |e| {
+            none.push(e.to_string());
+            Ok(())
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), "WORLD_PATH", "{err}");
+    assert!(err.to_string().contains(&schema.name), "{err}");
+
+    let writer = postgres_world(&schema, false, c.clone());
+    writer.append(1, append("run_r", 0)).unwrap();
+    assert!(wait_all(&rx, 1)[0].1.is_ok());
+    let reader = postgres_world(&schema, true, c.clone());
+    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 1);
+    writer.append(2, append("run_r", 1)).unwrap();
+    wait_all(&rx, 1);
+    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 2);
+    let refused = reader.append(3, append("run_r", 2)).unwrap_err();
+    assert!(
+        matches!(&refused, WorldError::Path { message } if message.contains("was opened read-only")),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        reader.acquire_lock(4, "run", "run_r", std::time::Duration::ZERO),
+        Err(WorldError::Path { .. })
+    ));
+    reader.close(5).unwrap();
+    writer.close(6).unwrap();
+    early.close(7).unwrap();
+    wait_all(&rx, 3);
+}
