@@ -1,6 +1,6 @@
 // Shared test helpers: a temporary directory per test, the kinds of world every conformance test
 // runs against, the check for a system component a test needs, and the test PostgreSQL server.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -129,8 +129,7 @@ export interface PgControl {
  * Control of the test cluster's server, from `LITTLE_TEST_PG_CTL` as `scripts/with-postgres.mjs`
  * sets it; undefined when the server is not one it started.
  */
-export function pgControl(): PgControl | undefined {
-  const raw = process.env.LITTLE_TEST_PG_CTL;
+export function pgControl(raw = process.env.LITTLE_TEST_PG_CTL): PgControl | undefined {
   if (!raw) return undefined;
   const ctl = JSON.parse(raw) as { bin: string; data: string; runAs: string | null; log: string };
   const pgCtl = async (...args: string[]): Promise<void> => {
@@ -152,6 +151,46 @@ export function pgControl(): PgControl | undefined {
 
 /** The root of the package, for spawning scripts. */
 export const packageRoot = join(__dirname, '..');
+
+/** A PostgreSQL server of a test's own, for faults that would disturb other tests' server. */
+export interface OwnCluster {
+  url: string;
+  control: PgControl;
+  /** Stop the server and remove it. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Start a PostgreSQL server for one test, by `scripts/with-postgres.mjs`; undefined when the test
+ * server is not one that script started (so there may be no binaries to start another with).
+ */
+export async function ownCluster(): Promise<OwnCluster | undefined> {
+  if (!process.env.LITTLE_TEST_PG_CTL) return undefined;
+  const env = { ...process.env };
+  delete env.LITTLE_TEST_DATABASE_URL;
+  delete env.LITTLE_TEST_PG_CTL;
+  const child = spawn(process.execPath, [join(packageRoot, 'scripts', 'with-postgres.mjs'), `"${process.execPath}" "${join(__dirname, 'fixtures', 'hold-cluster.cjs')}"`], { cwd: packageRoot, env, stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stderr.on('data', (d) => (err += d));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const line = await new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(out.slice(0, out.indexOf('\n')));
+    });
+    child.once('exit', (code) => reject(new Error(`the test's own PostgreSQL server did not start (exit ${code}): ${err}`)));
+  });
+  const { url, ctl } = JSON.parse(line) as { url: string; ctl: string };
+  return {
+    url,
+    control: pgControl(ctl)!,
+    stop: async () => {
+      child.stdin.end();
+      await exited;
+    },
+  };
+}
 
 /** Take the world at `dataDir` back to schema 2, as the version before budget estimates left it. */
 export function downgradeToSchema2(dataDir: string): void {

@@ -108,6 +108,11 @@ impl Db {
             tls,
             server,
         } = target::parse(&options.connection_string)?;
+        // Operators (and the tests) can tell the world's connections by their name in
+        // pg_stat_activity, unless the connection string names them itself.
+        if config.get_application_name().is_none() {
+            config.application_name(format!("little_workflow {}", options.schema));
+        }
         let commit = if options.relaxed { "off" } else { "on" };
         config.options(format!(
             "-c synchronous_commit={commit} -c idle_in_transaction_session_timeout=60000 -c client_encoding=UTF8"

@@ -108,7 +108,6 @@ pub fn parse(text: &str) -> Result<Target> {
     config.connect_timeout(std::time::Duration::from_secs(10));
     config.keepalives(true);
     config.keepalives_idle(std::time::Duration::from_secs(30));
-    config.application_name("little-workflow");
     let server = server_of(&config);
     let tls = tokio_postgres_rustls::MakeRustlsConnect::new(client_config(mode, &tls)?);
     Ok(Target { config, tls, server })

@@ -1,0 +1,331 @@
+// The PostgreSQL world with many processes on one database, and with the faults a real server
+// brings: processes racing one run and one key, lost connections, a server that restarts, a
+// transaction that commits late, a lock holder that dies, large artifacts, versioned schemas,
+// and the `little` command. The contract itself is checked by the conformance suite, which runs
+// against this world too (see helpers.ts).
+import { spawn, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import {
+  acquireRunLock,
+  appendEvent,
+  canonicalize,
+  listEvents,
+  listRuns,
+  localWorld,
+  materializeRunState,
+  postgresWorld,
+  readArtifact,
+  subscribe,
+  validateEventLogShape,
+  verifyWorld,
+  writeArtifact,
+  type EventEnvelope,
+  type World,
+} from '@little-workflow/world';
+import { freshSchema, needsPostgres, ownCluster, packageRoot, postgresUrl, rejection, tempDir, track, withPg } from './helpers';
+
+const url = (): string => postgresUrl()!;
+const open = (schema: string, extra: Record<string, unknown> = {}): World => track(postgresWorld({ connectionString: url(), schema, ...extra }));
+const step = (i: number | string) => ({ type: 'StepStarted', payload: { stepPath: `s${i}` } });
+
+/** Run a fixture in a child process to its end; resolves with its output lines. */
+function runChild(fixture: string, args: string[], env: Record<string, string> = {}): Promise<string[]> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(__dirname, 'fixtures', fixture), ...args], { cwd: packageRoot, env: { ...process.env, ...env } });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    child.on('exit', (code) => (code === 0 ? resolve(out.trim().split('\n')) : reject(new Error(`${fixture} exited ${code}: ${err}`))));
+  });
+}
+
+/** Every sequence 1..n once, and the shape check passes. */
+function expectDense(events: readonly EventEnvelope[], n: number): void {
+  expect(events.map((e) => e.sequence)).toEqual(Array.from({ length: n }, (_, i) => i + 1));
+  validateEventLogShape(events);
+}
+
+describe.runIf(needsPostgres())('postgresWorld with many processes and a real server', () => {
+  it('two processes appending 200 events each to one run get dense sequences, each used once', async () => {
+    const schema = freshSchema();
+    const [a, b] = await Promise.all([runChild('append-child.cjs', [`pg:${schema}`, 'run_two', '200', 'a']), runChild('append-child.cjs', [`pg:${schema}`, 'run_two', '200', 'b'])]);
+    const seqs = [...a, ...b].filter((l) => l !== 'done').map((l) => Number(l.split(' ')[1]));
+    expect(seqs).toHaveLength(400);
+    expect(new Set(seqs).size).toBe(400);
+    const events = await listEvents(open(schema), 'run_two');
+    expectDense(events, 400);
+    expect(events.filter((e) => (e.payload as { stepPath: string }).stepPath.startsWith('a-'))).toHaveLength(200);
+  });
+
+  it('16 identical keyed appends from two processes store one row, and other content under the key conflicts', async () => {
+    const schema = freshSchema();
+    const world = open(schema);
+    await appendEvent(world, 'run_keyed', step(0));
+    const lines = (await Promise.all([runChild('keyed-child.cjs', [`pg:${schema}`, 'run_keyed', '8', 'same']), runChild('keyed-child.cjs', [`pg:${schema}`, 'run_keyed', '8', 'same'])])).flat();
+    const oks = lines.filter((l) => l.startsWith('ok '));
+    expect(oks).toHaveLength(16);
+    expect(new Set(oks).size).toBe(1);
+    expect(oks[0].split(' ')[1]).toBe('2');
+    const other = await runChild('keyed-child.cjs', [`pg:${schema}`, 'run_keyed', '2', 'other']);
+    expect(other.filter((l) => l !== 'done')).toEqual(['err EVENT_APPEND_IDEMPOTENCY_CONFLICT', 'err EVENT_APPEND_IDEMPOTENCY_CONFLICT']);
+    const events = await listEvents(world, 'run_keyed');
+    expectDense(events, 2);
+    expect(events[1].eventId).toBe(oks[0].split(' ')[2]);
+  });
+
+  it("loses nothing resolved when the world's connections are terminated mid-append, and works on without reopening", async () => {
+    const schema = freshSchema();
+    const world = open(schema);
+    await appendEvent(world, 'run_term', step('first'));
+    const resolved = new Map<string, number>();
+    const rejected: string[] = [];
+    const appendKeyed = (i: number) =>
+      appendEvent(world, 'run_term', { type: 'harness.tool_call.started', appendIdempotencyKey: `k${i}`, payload: { callId: `c${i}`, caller: 'code', toolName: 't', args: { i } } }).then(
+        (e) => void resolved.set(`k${i}`, e.sequence),
+        (err: { code?: string }) => void rejected.push(`k${i} ${err.code}`),
+      );
+    const kills: Promise<number>[] = [];
+    const loop: Promise<void>[] = [];
+    for (let i = 0; i < 600; i++) {
+      loop.push(appendKeyed(i));
+      if (i % 100 === 50) {
+        kills.push(withPg((c) => c.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [`little_workflow ${schema}`]).then((r) => r.rowCount ?? 0)));
+      }
+      if (i % 20 === 0) await new Promise((r) => setTimeout(r, 5));
+    }
+    const [, terminated] = await Promise.all([Promise.all(loop), Promise.all(kills)]);
+    expect(terminated.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    console.log(`terminate test: ${terminated.join('+')} connections ended, ${rejected.length} of 600 appends rejected`);
+    // A lost connection is a typed rejection, never a crash or another kind of error.
+    for (const r of rejected) expect(r).toMatch(/ WORLD_IO$/);
+    // Retrying what was rejected, with its key, settles each unknown outcome.
+    for (const r of rejected) await appendKeyed(Number(r.split(' ')[0].slice(1)));
+    expect(resolved.size).toBe(600);
+    const events = await listEvents(world, 'run_term');
+    expectDense(events, 601);
+    const byKey = new Map(events.map((e) => [`k${(e.payload as { args?: { i: number } }).args?.i}`, e.sequence]));
+    for (const [key, sequence] of resolved) expect(byKey.get(key), key).toBe(sequence);
+    expect((await verifyWorld(world)).problems).toEqual([]);
+  }, 60_000);
+
+  it('sees a transaction that commits late, after later ones: a subscriber neither skips nor repeats', async () => {
+    const schema = freshSchema();
+    const world = open(schema);
+    await appendEvent(world, 'run_other', step(0)); // makes the schema
+    const late = subscribe(world, 'run_late')[Symbol.asyncIterator]();
+    const other = subscribe(world, 'run_other')[Symbol.asyncIterator]();
+    expect((await other.next()).value?.sequence).toBe(1);
+    const recordedAt = new Date().toISOString();
+    const payload = { stepPath: 'late' };
+    const eventId = `evt_${createHash('sha256').update(canonicalize({ runId: 'run_late', sequence: 1, type: 'StepStarted', payload })).digest('hex').slice(0, 16)}`;
+    const envelope = canonicalize({ eventId, payload, recordedAt, runId: 'run_late', sequence: 1, type: 'StepStarted' });
+    await withPg(async (c) => {
+      // This transaction takes its id first, and commits only after later ones have.
+      await c.query('BEGIN');
+      await c.query(`INSERT INTO "${schema}".events (run_id, sequence, event_id, type, recorded_at, envelope) VALUES ('run_late', 1, $1, 'StepStarted', $2, $3)`, [eventId, recordedAt, envelope]);
+      await c.query(`INSERT INTO "${schema}".runs (run_id, last_sequence, first_recorded_at, last_recorded_at) VALUES ('run_late', 1, $1, $1)`, [recordedAt]);
+      for (let i = 1; i <= 5; i++) await appendEvent(world, 'run_other', step(i));
+      const seen: number[] = [];
+      for (let i = 0; i < 5; i++) seen.push((await other.next()).value!.sequence);
+      expect(seen).toEqual([2, 3, 4, 5, 6]);
+      await new Promise((r) => setTimeout(r, 300)); // the world has looked for changes since
+      await c.query('COMMIT');
+    });
+    const got = await Promise.race([late.next(), new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 10_000))]);
+    expect(got).not.toBe('timeout');
+    expect((got as IteratorResult<EventEnvelope>).value).toEqual(JSON.parse(envelope));
+    await appendEvent(world, 'run_late', step('after'));
+    await appendEvent(world, 'run_other', step(6));
+    expect((await late.next()).value?.sequence).toBe(2);
+    expect((await other.next()).value?.sequence).toBe(7);
+    await late.return?.(undefined);
+    await other.return?.(undefined);
+    expect((await verifyWorld(world)).problems).toEqual([]);
+  }, 30_000);
+
+  it("takes over a lease from a holder killed with SIGKILL once it expires, with a higher fence, and refuses the dead holder's release", async () => {
+    const schema = freshSchema();
+    const lease = 1500;
+    const world = open(schema, { lockLeaseMs: lease });
+    await appendEvent(world, 'run_lease', step(0));
+    const child = spawn(process.execPath, [join(__dirname, 'fixtures', 'lock-child.cjs'), `pg:${schema}`, 'run_lease', String(lease)], { cwd: packageRoot });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    while (!out.includes('locked ')) await new Promise((r) => setTimeout(r, 20));
+    const deadToken = out.split(' ')[1].trim();
+    // A live holder renews its lease: another waiting longer than the lease still gets RUN_LOCKED.
+    expect((await rejection(acquireRunLock(world, 'run_lease', { waitMs: lease * 2 }))).code).toBe('RUN_LOCKED');
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    const started = Date.now();
+    const lock = await acquireRunLock(world, 'run_lease', { waitMs: lease * 4 });
+    expect(Date.now() - started).toBeLessThan(lease * 4);
+    const fence = (t: string) => withPg((c) => c.query(`SELECT fence FROM "${schema}".leases WHERE owner = $1`, [t]).then((r) => r.rows[0]?.fence));
+    const takenOver = Number(await fence(lock.token));
+    expect(takenOver).toBeGreaterThan(1);
+    expect(deadToken).not.toBe(lock.token);
+    await lock.release();
+    // A holder whose lease ran out while another took the lock over is refused its release.
+    const first = await acquireRunLock(world, 'run_lease', { waitMs: 0 });
+    await withPg((c) => c.query(`UPDATE "${schema}".leases SET expires_at = now() - interval '1 second' WHERE owner = $1`, [first.token]));
+    const other = open(schema, { lockLeaseMs: lease });
+    const taker = await acquireRunLock(other, 'run_lease', { waitMs: 0 });
+    expect(Number(await fence(taker.token))).toBeGreaterThan(takenOver);
+    expect((await rejection(first.release())).code).toBe('RUN_LOCKED');
+    await taker.release();
+    await (await acquireRunLock(world, 'run_lease', { waitMs: 0 })).release();
+  }, 30_000);
+
+  it('reads a 64 MiB artifact written by one process back verified in another', async () => {
+    const schema = freshSchema();
+    const payload = Buffer.alloc(64 * 1024 * 1024);
+    for (let i = 0; i < payload.length; i += 4096) payload.writeUInt32LE((i * 2654435761) >>> 0, i);
+    const writer = postgresWorld({ connectionString: url(), schema });
+    const m = await writeArtifact(writer, { runId: 'run_big', stepPath: 's', name: 'big', contentType: 'application/octet-stream', encoding: 'bytes', payload });
+    await writer.close();
+    const sha = createHash('sha256').update(payload).digest('hex');
+    expect(m.sha256).toBe(`sha256:${sha}`);
+    const lines = await runChild('read-artifact-child.cjs', [`pg:${schema}`, m.artifactId]);
+    expect(lines).toEqual([`${m.sizeBytes} sha256:${sha}`]);
+    // Damaged bytes in the database are an integrity error on read, never returned as the artifact.
+    await withPg((c) => c.query(`UPDATE "${schema}".artifact_chunks SET data = set_byte(data, 7, get_byte(data, 7) # 1) WHERE artifact_id = $1 AND idx = 40`, [m.artifactId]));
+    expect((await rejection(readArtifact(open(schema), m.artifactId))).code).toBe('ARTIFACT_HASH_MISMATCH');
+  }, 120_000);
+
+  it('lists and folds the same bytes as a local world holding the same events, stored as canonical text', async () => {
+    const schema = freshSchema();
+    const pgw = open(schema);
+    const local = track(localWorld({ dataDir: tempDir() }));
+    const inputs = [
+      { type: 'WorkflowStarted', payload: { workflow: 'w', input: { n: 1e21, s: 'é\u2028', z: -0, big: 12345678901234567890, k: { b: 1, a: [1.5, 'x'] } } } },
+      { type: 'StepStarted', payload: { stepPath: 'a' } },
+      { type: 'StepCompleted', payload: { stepPath: 'a', output: { text: 'y'.repeat(200_000) } } },
+      { type: 'harness.model.responded', appendIdempotencyKey: 'm1', payload: { turn: 1, callId: 'm1', stepPath: 'a', model: { provider: 'openai', modelId: 'gpt-5' }, response: { text: 'ok', usage: { inputTokens: 1200, outputTokens: 300 } } } },
+    ];
+    const times = (s: string) => s.replace(/"(recordedAt|lastRecordedAt|firstRecordedAt|createdAt)":"[^"]*"/g, '"$1":"T"');
+    for (const input of inputs) {
+      const [a, b] = [await appendEvent(pgw, 'run_same', input as never), await appendEvent(local, 'run_same', input as never)];
+      expect(times(canonicalize(a))).toBe(times(canonicalize(b)));
+    }
+    const [pa, la] = [await listEvents(pgw, 'run_same'), await listEvents(local, 'run_same')];
+    expect(pa.map((e) => times(canonicalize(e)))).toEqual(la.map((e) => times(canonicalize(e))));
+    const fold = async (w: World) => {
+      const s = times(canonicalize(await materializeRunState(w, 'run_same')));
+      return s.replace(/"(startedAt|finishedAt)":"[^"]*"/g, '"$1":"T"');
+    };
+    expect(await fold(pgw)).toBe(await fold(local));
+    // What the table holds is the listed envelope's canonical text, byte for byte.
+    const rows = await withPg((c) => c.query(`SELECT envelope, pg_typeof(envelope)::text AS t FROM "${schema}".events WHERE run_id = 'run_same' ORDER BY sequence`));
+    expect(rows.rows.map((r) => r.t)).toEqual(['text', 'text', 'text', 'text']);
+    expect(rows.rows.map((r) => r.envelope)).toEqual(pa.map((e) => canonicalize(e)));
+  });
+
+  it('makes one schema when several processes open a fresh database at once, refuses a newer or foreign one, and never shows the password', async () => {
+    const schema = freshSchema();
+    const lines = await Promise.all(Array.from({ length: 4 }, (_, i) => runChild('append-child.cjs', [`pg:${schema}`, `run_open${i}`, '3', `p${i}`])));
+    expect(lines.every((l) => l.at(-1) === 'done')).toBe(true);
+    const version = await withPg((c) => c.query(`SELECT version, application FROM "${schema}".world_schema`));
+    expect(version.rows).toEqual([{ version: 1, application: 'little-workflow' }]);
+
+    await withPg((c) => c.query(`UPDATE "${schema}".world_schema SET version = 99`));
+    const newer = await rejection(appendEvent(open(schema), 'run_x', step(1)));
+    expect(newer.code).toBe('WORLD_PATH');
+    expect(newer.message).toMatch(/version 99/);
+    expect(newer.message).toMatch(/newer/);
+
+    const foreign = freshSchema();
+    await withPg((c) => c.query(`CREATE SCHEMA "${foreign}"; CREATE TABLE "${foreign}".world_schema (id int PRIMARY KEY, version int NOT NULL, application text NOT NULL); INSERT INTO "${foreign}".world_schema VALUES (1, 1, 'something-else')`));
+    expect((await rejection(appendEvent(open(foreign), 'run_x', step(1)))).message).toMatch(/something-else/);
+
+    const down = track(postgresWorld({ connectionString: 'postgres://alice:s3cr3t-pw@127.0.0.1:1/appdb?connect_timeout=2', schema: 'little_workflow' }));
+    const err = await rejection(appendEvent(down, 'run_x', step(1)));
+    expect(err.code).toBe('WORLD_IO');
+    expect(err.details).toMatchObject({ host: '127.0.0.1', port: 1, database: 'appdb' });
+    expect(`${err.message} ${err.stack} ${JSON.stringify(err)} ${JSON.stringify(err.details)}`).not.toContain('s3cr3t');
+    const kv = track(postgresWorld({ connectionString: "host=127.0.0.1 port=1 dbname=appdb user=alice password='s3cr3t-pw' connect_timeout=2" }));
+    const err2 = await rejection(listEvents(kv, 'run_x'));
+    expect(err2.code).toBe('WORLD_IO');
+    expect(`${err2.message} ${err2.stack} ${JSON.stringify(err2.details)}`).not.toContain('s3cr3t');
+  }, 60_000);
+
+  it('serves the little command with --database-url and --schema, or LITTLE_DATABASE_URL', async () => {
+    const schema = freshSchema();
+    const world = open(schema);
+    await appendEvent(world, 'run_cli', step(1));
+    await appendEvent(world, 'run_cli', step(2));
+    const little = (args: string[], env: Record<string, string> = {}) => spawnSync(process.execPath, [join(packageRoot, 'bin', 'little.js'), ...args], { encoding: 'utf8', env: { ...process.env, ...env } });
+    const runs = little(['runs', '--database-url', url(), '--schema', schema]);
+    expect(runs.status, runs.stderr).toBe(0);
+    expect(JSON.parse(runs.stdout)).toMatchObject({ runId: 'run_cli', eventCount: 2, lastSequence: 2 });
+    const events = little(['events', 'run_cli', '--schema', schema], { LITTLE_DATABASE_URL: url() });
+    expect(events.status, events.stderr).toBe(0);
+    expect(events.stdout.trim().split('\n')).toEqual((await listEvents(world, 'run_cli')).map((e) => canonicalize(e)));
+    const verify = little(['verify', '--database-url', url(), '--schema', schema]);
+    expect(verify.status, verify.stderr).toBe(0);
+    const typo = little(['events', 'run_typo', '--database-url', url(), '--schema', schema]);
+    expect(typo.status).toBe(1);
+    expect(typo.stderr).toContain(`schema ${schema}`);
+    const both = little(['runs', '--database-url', url(), '--data-dir', '.']);
+    expect(both.status).toBe(2);
+    // A read-only look at a schema nobody made says so, and makes nothing.
+    const missing = freshSchema();
+    const none = little(['runs', '--database-url', url(), '--schema', missing]);
+    expect(none.status).toBe(1);
+    expect(none.stderr).toContain(missing);
+    const made = await withPg((c) => c.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [missing]));
+    expect(made.rowCount).toBe(0);
+  }, 30_000);
+});
+
+describe.runIf(needsPostgres())('postgresWorld through a server restart', () => {
+  it('rejects appends with WORLD_IO while the server is down, succeeds after it is back without reopening, and loses nothing resolved', async () => {
+    const cluster = await ownCluster();
+    if (cluster === undefined) {
+      console.warn('SKIPPED: the restart test needs a server that scripts/with-postgres.mjs starts; LITTLE_TEST_DATABASE_URL names one of its own');
+      return;
+    }
+    try {
+      const world = postgresWorld({ connectionString: cluster.url, schema: 'outage' });
+      const resolved = new Map<number, number>();
+      const codes = new Set<string>();
+      let stop = false;
+      let i = 0;
+      const loop = (async () => {
+        while (!stop) {
+          const n = i++;
+          await appendEvent(world, 'run_outage', { type: 'harness.tool_call.started', appendIdempotencyKey: `k${n}`, payload: { callId: `c${n}`, caller: 'code', toolName: 't', args: { n } } }).then(
+            (e) => void resolved.set(n, e.sequence),
+            (err: { code?: string }) => void codes.add(err.code ?? String(err)),
+          );
+          await new Promise((r) => setTimeout(r, 2));
+        }
+      })();
+      while (resolved.size < 50) await new Promise((r) => setTimeout(r, 10));
+      await cluster.control.restart('immediate');
+      const before = resolved.size;
+      await cluster.control.stop();
+      await new Promise((r) => setTimeout(r, 300));
+      const duringOutage = await rejection(appendEvent(world, 'run_outage', step('down')));
+      expect(duringOutage.code).toBe('WORLD_IO');
+      await cluster.control.start();
+      const deadline = Date.now() + 20_000;
+      while (resolved.size < before + 50 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      stop = true;
+      await loop;
+      expect(resolved.size).toBeGreaterThanOrEqual(before + 50);
+      expect([...codes].filter((c) => c !== 'WORLD_IO')).toEqual([]);
+      const events = await listEvents(world, 'run_outage');
+      validateEventLogShape(events);
+      const stored = new Map(events.map((e) => [(e.payload as { args: { n: number } }).args.n, e.sequence]));
+      for (const [n, sequence] of resolved) expect(stored.get(n), `append ${n}`).toBe(sequence);
+      expect((await verifyWorld(world)).problems).toEqual([]);
+      expect((await listRuns(world)).map((r) => r.runId)).toEqual(['run_outage']);
+      await world.close();
+    } finally {
+      await cluster.stop();
+    }
+  }, 120_000);
+});
