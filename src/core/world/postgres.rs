@@ -18,10 +18,14 @@ impl World {
     pub fn open_postgres(options: Options, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
         let read_only = options.read_only;
         let db = Db::new(options)?;
+        let writer = match read_only {
+            true => None,
+            false => Some(Box::new(PgWriter::new(db.clone())?) as Box<dyn crate::core::store::LogWriter>),
+        };
         let parts = Parts {
             kind: "postgres",
             data_dir: None,
-            writer: (!read_only).then(|| Box::new(PgWriter::new(db.clone())) as Box<dyn crate::core::store::LogWriter>),
+            writer,
             reader: Arc::new(PgReader::new(db.clone())),
             artifacts: ArtifactStore::new(PgArtifacts::new(db.clone())),
             locks: Locks::new(PgLocks::new(db.clone())),

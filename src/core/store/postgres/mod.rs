@@ -11,7 +11,7 @@
 //! 2. The rules run against that ([`tx::PgTx`]), staging rows; then the rows, terminals,
 //!    estimates and the streams' new last sequences are written with one statement each (arrays,
 //!    `unnest`), a guard statement reads the transaction's id, and `COMMIT`. A `NOTIFY` on the
-//!    schema's channel follows the commit, outside the transaction.
+//!    schema's channel follows the commit in the same round trip, outside the transaction.
 //!
 //! A stream's sequences are handed out under its row's lock, held until commit, so they are
 //! dense and a stream's commits become visible in sequence order, whichever host appends.
@@ -44,6 +44,9 @@ use tx::{Known, PgTx, RunState};
 /// The writer: one connection of its own, made when first needed and again after it is lost.
 pub struct PgWriter {
     db: Arc<Db>,
+    /// The writer's own single-threaded runtime: its connection's I/O runs on the writer's
+    /// thread, inside each call, so a round trip costs no hand-off between threads.
+    rt: tokio::runtime::Runtime,
     conn: Option<Conn>,
 }
 
@@ -54,6 +57,7 @@ struct Conn {
 }
 
 struct Statements {
+    begin: Statement,
     ensure_runs: Statement,
     lock_runs: Statement,
     keys: Statement,
@@ -73,6 +77,7 @@ impl Statements {
         let text_array = Type::TEXT_ARRAY;
         let int_array = Type::INT8_ARRAY;
         Ok(Statements {
+            begin: c.prepare_typed("BEGIN ISOLATION LEVEL READ COMMITTED", &[]).await?,
             ensure_runs: c
                 .prepare_typed(
                     &format!(
@@ -200,12 +205,21 @@ fn announcement(streams: &[&str]) -> String {
 }
 
 impl PgWriter {
-    pub fn new(db: Arc<Db>) -> PgWriter {
-        PgWriter { db, conn: None }
+    pub fn new(db: Arc<Db>) -> Result<PgWriter> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| WorldError::Path {
+                message: format!("the PostgreSQL writer's runtime could not be made: {e}"),
+            })?;
+        Ok(PgWriter { db, rt, conn: None })
     }
 
     /// The writer's connection, made (and the schema checked) if there is none or it was lost.
     async fn conn(db: &Db, conn: &mut Option<Conn>) -> Result<()> {
+        // The connection's task runs only inside calls: let it read what arrived meanwhile (the
+        // end of a connection the server closed) before the connection is used.
+        tokio::task::yield_now().await;
         if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
             *conn = None;
         }
@@ -369,8 +383,18 @@ impl PgWriter {
         };
         let guard = async { c.client.query_one(&c.st.guard, &[]).await };
         let commit = async { c.client.batch_execute("COMMIT").await };
-        let (inserted, ended, estimated, counted, guarded, committed) =
-            futures_util::join!(inserts, terminals, estimates, runs, guard, commit);
+        // A hint for other processes' live views, sent behind the `COMMIT` in the same round
+        // trip, so the server runs it after the commit and outside the transaction. Its failure
+        // loses nothing: live views poll too.
+        let notice = announcement(&streams);
+        let channel = db.channel();
+        let notify = async {
+            if !streams.is_empty() {
+                let _ = c.client.query(&c.st.notify, &[&channel, &notice]).await;
+            }
+        };
+        let (inserted, ended, estimated, counted, guarded, committed, ()) =
+            futures_util::join!(inserts, terminals, estimates, runs, guard, commit, notify);
         let xid = guarded.as_ref().ok().and_then(|row| row.try_get::<_, String>(0).ok());
         // The first failure is the cause; the guard's and the commit's follow from it.
         inserted.and(ended).and(estimated).and(counted)?;
@@ -380,13 +404,6 @@ impl PgWriter {
             (_, Err(e)) if !e.is_closed() => return Err(db.error("committing", &e)),
             // Committed or not, as the server says; this connection is gone either way.
             (_, Err(e)) | (Err(e), _) => return Self::lost_commit(db, xid, &e).await,
-        }
-        if !streams.is_empty() {
-            // A hint for other processes' live views: a failure loses nothing, as they poll too.
-            let _ = c
-                .client
-                .query(&c.st.notify, &[&db.channel(), &announcement(&streams)])
-                .await;
         }
         Ok(())
     }
@@ -435,20 +452,26 @@ impl LogWriter for PgWriter {
         runs.sort();
         runs.dedup();
         let conn = &mut self.conn;
-        let outcome = db.block_on(async {
-            Self::conn(&db, conn).await?;
-            let c = conn.as_ref().expect("just connected");
-            c.client
-                .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                .await
-                .map_err(|e| db.error("beginning a transaction", &e))?;
-            let mut known = Known::default();
-            let result = async {
-                Self::read_scope(&db, c, &runs, scope, &mut known).await?;
-                Ok::<_, WorldError>(())
+        let outcome = self.rt.block_on(async {
+            // A connection found gone before anything of this transaction was sent is made
+            // again, once: nothing can have been stored.
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                Self::conn(&db, conn).await?;
+                let c = conn.as_ref().expect("just connected");
+                let mut known = Known::default();
+                // `BEGIN` and the reads go in one round trip, in the order sent.
+                let (begun, read) = futures_util::join!(
+                    c.client.execute(&c.st.begin, &[]),
+                    Self::read_scope(&db, c, &runs, scope, &mut known)
+                );
+                match begun {
+                    Ok(_) => return Ok::<_, WorldError>((read, known)),
+                    Err(e) if e.is_closed() && tries == 1 => *conn = None,
+                    Err(e) => return Err(db.error("beginning a transaction", &e)),
+                }
             }
-            .await;
-            Ok::<_, WorldError>((result, known))
         });
         let (read, known) = match outcome {
             Ok(v) => v,
@@ -456,10 +479,10 @@ impl LogWriter for PgWriter {
         };
         let result = read.and_then(|()| {
             let c = self.conn.as_ref().expect("connected");
-            let mut tx = PgTx::new(&self.db, c, known);
+            let mut tx = PgTx::new(&self.db, &self.rt, c, known);
             body(&mut tx)?;
             let db = self.db.clone();
-            db.block_on(Self::write_and_commit(&db, c, &tx))
+            self.rt.block_on(Self::write_and_commit(&db, c, &tx))
         });
         result.map_err(|e| self.failed(e))
     }
@@ -481,8 +504,7 @@ impl PgWriter {
             if c.client.is_closed() {
                 self.conn = None;
             } else {
-                let db = self.db.clone();
-                let rolled_back = db.block_on(c.client.batch_execute("ROLLBACK"));
+                let rolled_back = self.rt.block_on(c.client.batch_execute("ROLLBACK"));
                 if rolled_back.is_err() {
                     self.conn = None;
                 }
