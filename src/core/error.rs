@@ -126,7 +126,7 @@ pub enum WorldError {
     #[error("{context} ({server}): {message}")]
     Database {
         context: String,
-        server: crate::core::pg::Server,
+        server: Box<crate::core::pg::Server>,
         message: String,
         /// The server's SQLSTATE, when it answered with an error.
         sqlstate: Option<String>,

@@ -205,7 +205,7 @@ impl Db {
             deadpool_postgres::PoolError::Backend(e) => self.error("connecting", &e),
             other => WorldError::Database {
                 context: "connecting".into(),
-                server: self.server.clone(),
+                server: Box::new(self.server.clone()),
                 message: other.to_string(),
                 sqlstate: None,
             },
@@ -235,7 +235,7 @@ pub fn database_error(server: &Server, doing: &str, e: &tokio_postgres::Error) -
     };
     WorldError::Database {
         context: doing.to_string(),
-        server: server.clone(),
+        server: Box::new(server.clone()),
         message,
         sqlstate,
     }

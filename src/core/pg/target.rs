@@ -247,10 +247,10 @@ fn client_config(mode: &str, tls: &TlsSettings) -> Result<ClientConfig> {
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| refused(format!("TLS cannot be set up: {e}")))?;
-    let verify = match (mode, &tls.root_cert) {
-        ("verify-ca" | "verify-full", _) | ("require", Some(_)) => true,
-        _ => false,
-    };
+    let verify = matches!(
+        (mode, &tls.root_cert),
+        ("verify-ca" | "verify-full", _) | ("require", Some(_))
+    );
     let builder = if verify {
         let roots = Arc::new(roots(tls.root_cert.as_deref())?);
         let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())

@@ -48,7 +48,13 @@ pub struct PgWriter {
     /// thread, inside each call, so a round trip costs no hand-off between threads.
     rt: tokio::runtime::Runtime,
     conn: Option<Conn>,
+    /// Streams known to have their `runs` row (rows are never removed), so a transaction need
+    /// not add them; forgotten after any failure, and past `KNOWN_STREAMS`.
+    known_streams: std::collections::HashSet<String>,
 }
+
+/// How many streams the writer remembers as having their row.
+const KNOWN_STREAMS: usize = 65_536;
 
 /// A live connection and its prepared statements.
 struct Conn {
@@ -84,7 +90,7 @@ impl Statements {
                         "INSERT INTO {} (run_id) SELECT r FROM unnest($1::text[]) AS r ORDER BY r ON CONFLICT (run_id) DO NOTHING",
                         t("runs")
                     ),
-                    &[text_array.clone()],
+                    std::slice::from_ref(&text_array),
                 )
                 .await?,
             lock_runs: c
@@ -94,7 +100,7 @@ impl Statements {
                          FROM {} WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE",
                         t("runs")
                     ),
-                    &[text_array.clone()],
+                    std::slice::from_ref(&text_array),
                 )
                 .await?,
             keys: c
@@ -122,7 +128,7 @@ impl Statements {
             estimates: c
                 .prepare_typed(
                     &format!("SELECT run_id, model, open FROM {} WHERE run_id = ANY($1)", t("estimates")),
-                    &[text_array.clone()],
+                    std::slice::from_ref(&text_array),
                 )
                 .await?,
             insert_events: c
@@ -212,7 +218,12 @@ impl PgWriter {
             .map_err(|e| WorldError::Path {
                 message: format!("the PostgreSQL writer's runtime could not be made: {e}"),
             })?;
-        Ok(PgWriter { db, rt, conn: None })
+        Ok(PgWriter {
+            db,
+            rt,
+            conn: None,
+            known_streams: Default::default(),
+        })
     }
 
     /// The writer's connection, made (and the schema checked) if there is none or it was lost.
@@ -235,7 +246,15 @@ impl PgWriter {
     }
 
     /// Lock the streams `runs` (sorted, distinct) and read what the rules will ask of them.
-    async fn read_scope(db: &Db, c: &Conn, runs: &[String], scope: &Scope<'_>, known: &mut Known) -> Result<()> {
+    /// `ensure` names the streams that may have no `runs` row yet.
+    async fn read_scope(
+        db: &Db,
+        c: &Conn,
+        runs: &[String],
+        ensure: &[&str],
+        scope: &Scope<'_>,
+        known: &mut Known,
+    ) -> Result<()> {
         let fail = |doing: &'static str| move |e: tokio_postgres::Error| db.error(doing, &e);
         let (key_runs, keys): (Vec<&str>, Vec<&str>) = scope.keys.iter().copied().unzip();
         let mut node_runs: Vec<&str> = runs.iter().map(String::as_str).collect();
@@ -250,10 +269,14 @@ impl PgWriter {
             .copied()
             .filter(|r| !known.estimated(r))
             .collect();
+        // Statements with nothing to ask are not sent.
         let (ensured, locked, found, ended, estimates) = futures_util::try_join!(
             async {
+                if ensure.is_empty() {
+                    return Ok(0);
+                }
                 c.client
-                    .execute(&c.st.ensure_runs, &[&runs])
+                    .execute(&c.st.ensure_runs, &[&ensure])
                     .await
                     .map_err(fail("adding streams"))
             },
@@ -264,6 +287,9 @@ impl PgWriter {
                     .map_err(fail("locking streams"))
             },
             async {
+                if keys.is_empty() {
+                    return Ok(Vec::new());
+                }
                 c.client
                     .query(&c.st.keys, &[&key_runs, &keys])
                     .await
@@ -276,6 +302,9 @@ impl PgWriter {
                     .map_err(fail("reading stream ends"))
             },
             async {
+                if estimate_runs.is_empty() {
+                    return Ok(Vec::new());
+                }
                 c.client
                     .query(&c.st.estimates, &[&estimate_runs])
                     .await
@@ -413,7 +442,7 @@ impl PgWriter {
     async fn lost_commit(db: &Db, xid: Option<String>, e: &tokio_postgres::Error) -> Result<()> {
         let unknown = || WorldError::Database {
             context: "committing".into(),
-            server: db.server.clone(),
+            server: Box::new(db.server.clone()),
             message: format!(
                 "the connection was lost while committing ({e}), and whether the commit happened cannot be known: \
                  retry with the same appendIdempotencyKey to find out"
@@ -436,7 +465,7 @@ impl PgWriter {
             Some("committed") => Ok(()),
             Some("aborted") => Err(WorldError::Database {
                 context: "committing".into(),
-                server: db.server.clone(),
+                server: Box::new(db.server.clone()),
                 message: format!("the connection was lost while committing ({e}); nothing was stored"),
                 sqlstate: None,
             }),
@@ -451,6 +480,11 @@ impl LogWriter for PgWriter {
         let mut runs: Vec<String> = scope.runs.iter().map(|r| r.to_string()).collect();
         runs.sort();
         runs.dedup();
+        let ensure: Vec<&str> = runs
+            .iter()
+            .map(String::as_str)
+            .filter(|r| !self.known_streams.contains(*r))
+            .collect();
         let conn = &mut self.conn;
         let outcome = self.rt.block_on(async {
             // A connection found gone before anything of this transaction was sent is made
@@ -464,7 +498,7 @@ impl LogWriter for PgWriter {
                 // `BEGIN` and the reads go in one round trip, in the order sent.
                 let (begun, read) = futures_util::join!(
                     c.client.execute(&c.st.begin, &[]),
-                    Self::read_scope(&db, c, &runs, scope, &mut known)
+                    Self::read_scope(&db, c, &runs, &ensure, scope, &mut known)
                 );
                 match begun {
                     Ok(_) => return Ok::<_, WorldError>((read, known)),
@@ -484,7 +518,16 @@ impl LogWriter for PgWriter {
             let db = self.db.clone();
             self.rt.block_on(Self::write_and_commit(&db, c, &tx))
         });
-        result.map_err(|e| self.failed(e))
+        match result {
+            Ok(()) => {
+                if self.known_streams.len() + runs.len() > KNOWN_STREAMS {
+                    self.known_streams.clear();
+                }
+                self.known_streams.extend(runs);
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     /// Every commit waits for the server.
@@ -500,6 +543,7 @@ impl LogWriter for PgWriter {
 impl PgWriter {
     /// After a failure: roll back what is open, and drop a connection that is gone.
     fn failed(&mut self, e: WorldError) -> WorldError {
+        self.known_streams.clear();
         if let Some(c) = &self.conn {
             if c.client.is_closed() {
                 self.conn = None;
