@@ -51,3 +51,19 @@ export function eventFor(i) {
       return { type: 'StepCompleted', payload: { stepPath: step, output: { ok: true, n: i } } };
   }
 }
+
+/** Gaps between 1 ms timer ticks while `work` runs, counting the gap before the first tick and after the last. */
+export async function withStall(work) {
+  const gaps = [];
+  let last = performance.now();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    gaps.push(now - last);
+    last = now;
+  }, 1);
+  const result = await work();
+  clearInterval(timer);
+  gaps.push(performance.now() - last);
+  gaps.sort((a, b) => a - b);
+  return { result, p99: gaps[Math.min(gaps.length - 1, Math.floor(gaps.length * 0.99))] };
+}

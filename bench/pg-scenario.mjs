@@ -14,7 +14,7 @@
 // maxRssMB } (t0, t1: when the appends started and ended, in ms since the epoch).
 import * as native from '@little-workflow/world';
 import pgBaselineLib from './dist/baseline/pg-world.js';
-import { eventFor } from './lib.mjs';
+import { eventFor, withStall } from './lib.mjs';
 
 const [kind, schema, scenario, ...rest] = process.argv.slice(2).filter((a) => a !== '--barrier');
 const barrier = process.argv.includes('--barrier');
@@ -41,22 +41,6 @@ function open(durability) {
     materialize: (runId) => w.materializeRunState(runId, native.bundledPricing()),
     close: () => w.close(),
   };
-}
-
-/** Gaps between 1 ms timer ticks while `work` runs, counting the gap before the first tick and after the last. */
-async function withStall(work) {
-  const gaps = [];
-  let last = performance.now();
-  const timer = setInterval(() => {
-    const now = performance.now();
-    gaps.push(now - last);
-    last = now;
-  }, 1);
-  const result = await work();
-  clearInterval(timer);
-  gaps.push(performance.now() - last);
-  gaps.sort((a, b) => a - b);
-  return { result, p99: gaps[Math.min(gaps.length - 1, Math.floor(gaps.length * 0.99))] };
 }
 
 const nextLine = () => new Promise((resolve) => process.stdin.once('data', resolve));

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import * as native from '@little-workflow/world';
 import baselineLib from './dist/baseline/world.js';
+import { withStall } from './lib.mjs';
 
 const [kind, scenario, durability, workDir] = process.argv.slice(2);
 const { BaselineWorld } = baselineLib;
@@ -34,22 +35,6 @@ function open(dataDir) {
     read: (ref) => w.readArtifact(ref),
     close: () => w.close(),
   };
-}
-
-/** Gaps between 1 ms timer ticks while `work` runs, counting the gap before the first tick and after the last. */
-async function withStall(work) {
-  const gaps = [];
-  let last = performance.now();
-  const timer = setInterval(() => {
-    const now = performance.now();
-    gaps.push(now - last);
-    last = now;
-  }, 1);
-  const result = await work();
-  clearInterval(timer);
-  gaps.push(performance.now() - last);
-  gaps.sort((a, b) => a - b);
-  return { result, p99: gaps[Math.min(gaps.length - 1, Math.floor(gaps.length * 0.99))] };
 }
 
 const seconds = (t0) => (performance.now() - t0) / 1000;

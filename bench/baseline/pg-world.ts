@@ -13,39 +13,9 @@
  * benchmark does not use. The promise chain orders appends within a process; an append that loses
  * a race with another process (unique violation) is retried (up to 50 times).
  */
-import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
 import { Pool, type PoolClient } from 'pg';
+import { canonicalClone, deepFreeze, jcs, sha256hex, type Envelope } from './common';
 import { foldRun, pricingTable, type Registry } from './fold';
-
-type Envelope = {
-  readonly eventId: string;
-  readonly runId: string;
-  readonly sequence: number;
-  readonly type: string;
-  readonly appendIdempotencyKey?: string;
-  readonly canonicalRequestDigest?: string;
-  readonly recordedAt: string;
-  readonly payload: Readonly<Record<string, unknown>>;
-};
-
-const sha256hex = (data: string | Uint8Array) => createHash('sha256').update(data).digest('hex');
-const jcs = (v: unknown): string => canonicalize(v) as string;
-
-function deepFreeze<T>(v: T): T {
-  if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
-    Object.freeze(v);
-    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
-  }
-  return v;
-}
-
-/** canonicalClone: the payload as JCS text and as the value that text parses to. */
-function canonicalClone(payload: unknown): { text: string; value: Record<string, unknown> } {
-  const text = jcs(payload);
-  if (text === undefined) throw new Error('payload cannot be stored in JSON');
-  return { text, value: JSON.parse(text) };
-}
 
 export class PgBaselineWorld {
   private readonly pool: Pool;

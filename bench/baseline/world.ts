@@ -10,42 +10,12 @@
  * It is the benchmark's baseline only: it checks what the native append path checks (JSON-safe
  * payload, harness keys, idempotency, artifact references) and nothing the benchmark does not use.
  */
-import { createHash } from 'node:crypto';
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, writeSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import canonicalize from 'canonicalize';
+import { canonicalClone, deepFreeze, jcs, sha256hex, type Envelope } from './common';
 import { foldRun, pricingTable, type Registry } from './fold';
-
-type Envelope = {
-  readonly eventId: string;
-  readonly runId: string;
-  readonly sequence: number;
-  readonly type: string;
-  readonly appendIdempotencyKey?: string;
-  readonly canonicalRequestDigest?: string;
-  readonly recordedAt: string;
-  readonly payload: Readonly<Record<string, unknown>>;
-};
-
-const sha256hex = (data: string | Uint8Array) => createHash('sha256').update(data).digest('hex');
-const jcs = (v: unknown): string => canonicalize(v) as string;
-
-function deepFreeze<T>(v: T): T {
-  if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
-    Object.freeze(v);
-    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
-  }
-  return v;
-}
-
-/** canonicalClone: the payload as JCS text and as the value that text parses to. */
-function canonicalClone(payload: unknown): { text: string; value: Record<string, unknown> } {
-  const text = jcs(payload);
-  if (text === undefined) throw new Error('payload cannot be stored in JSON');
-  return { text, value: JSON.parse(text) };
-}
 
 function collectRefs(v: unknown, out: string[]): void {
   if (typeof v === 'string') {
