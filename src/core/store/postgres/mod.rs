@@ -44,9 +44,6 @@ use tx::{Known, PgTx, RunState};
 /// The writer: one connection of its own, made when first needed and again after it is lost.
 pub struct PgWriter {
     db: Arc<Db>,
-    /// The writer's own single-threaded runtime: its connection's I/O runs on the writer's
-    /// thread, inside each call, so a round trip costs no hand-off between threads.
-    rt: tokio::runtime::Runtime,
     conn: Option<Conn>,
     /// Streams known to have their `runs` row (rows are never removed), so a transaction need
     /// not add them; forgotten after any failure, and past `KNOWN_STREAMS`.
@@ -211,26 +208,16 @@ fn announcement(streams: &[&str]) -> String {
 }
 
 impl PgWriter {
-    pub fn new(db: Arc<Db>) -> Result<PgWriter> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| WorldError::Path {
-                message: format!("the PostgreSQL writer's runtime could not be made: {e}"),
-            })?;
-        Ok(PgWriter {
+    pub fn new(db: Arc<Db>) -> PgWriter {
+        PgWriter {
             db,
-            rt,
             conn: None,
             known_streams: Default::default(),
-        })
+        }
     }
 
     /// The writer's connection, made (and the schema checked) if there is none or it was lost.
     async fn conn(db: &Db, conn: &mut Option<Conn>) -> Result<()> {
-        // The connection's task runs only inside calls: let it read what arrived meanwhile (the
-        // end of a connection the server closed) before the connection is used.
-        tokio::task::yield_now().await;
         if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
             *conn = None;
         }
@@ -486,7 +473,7 @@ impl LogWriter for PgWriter {
             .filter(|r| !self.known_streams.contains(*r))
             .collect();
         let conn = &mut self.conn;
-        let outcome = self.rt.block_on(async {
+        let outcome = self.db.block_on(async {
             // A connection found gone before anything of this transaction was sent is made
             // again, once: nothing can have been stored.
             let mut tries = 0;
@@ -513,10 +500,10 @@ impl LogWriter for PgWriter {
         };
         let result = read.and_then(|()| {
             let c = self.conn.as_ref().expect("connected");
-            let mut tx = PgTx::new(&self.db, &self.rt, c, known);
+            let mut tx = PgTx::new(&self.db, c, known);
             body(&mut tx)?;
             let db = self.db.clone();
-            self.rt.block_on(Self::write_and_commit(&db, c, &tx))
+            self.db.block_on(Self::write_and_commit(&db, c, &tx))
         });
         match result {
             Ok(()) => {
@@ -548,7 +535,7 @@ impl PgWriter {
             if c.client.is_closed() {
                 self.conn = None;
             } else {
-                let rolled_back = self.rt.block_on(c.client.batch_execute("ROLLBACK"));
+                let rolled_back = self.db.block_on(c.client.batch_execute("ROLLBACK"));
                 if rolled_back.is_err() {
                     self.conn = None;
                 }

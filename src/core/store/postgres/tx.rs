@@ -51,8 +51,6 @@ struct Staged {
 
 pub(super) struct PgTx<'a> {
     db: &'a Db,
-    /// The writer's runtime, which drives its connection.
-    rt: &'a tokio::runtime::Runtime,
     conn: &'a Conn,
     known: Known,
     rows: Vec<Staged>,
@@ -116,10 +114,9 @@ fn apply(open: u64, amount: u64, released: bool) -> u64 {
 }
 
 impl<'a> PgTx<'a> {
-    pub fn new(db: &'a Db, rt: &'a tokio::runtime::Runtime, conn: &'a Conn, known: Known) -> PgTx<'a> {
+    pub fn new(db: &'a Db, conn: &'a Conn, known: Known) -> PgTx<'a> {
         PgTx {
             db,
-            rt,
             conn,
             known,
             rows: Vec::new(),
@@ -137,8 +134,8 @@ impl<'a> PgTx<'a> {
             runs: vec![run],
             ..Default::default()
         };
-        let (db, rt, conn) = (self.db, self.rt, self.conn);
-        rt.block_on(super::PgWriter::read_scope(
+        let (db, conn) = (self.db, self.conn);
+        db.block_on(super::PgWriter::read_scope(
             db,
             conn,
             &runs,
@@ -158,8 +155,8 @@ impl<'a> PgTx<'a> {
     /// The open estimates of `run` by model, as stored (read now if they were not).
     fn stored_estimates(&mut self, run: &str) -> Result<&HashMap<String, u64>> {
         if !self.known.estimated(run) {
-            let (db, rt, conn) = (self.db, self.rt, self.conn);
-            let rows = rt
+            let (db, conn) = (self.db, self.conn);
+            let rows = db
                 .block_on(conn.client.query(&conn.st.estimates, &[&vec![run]]))
                 .map_err(|e| db.error("reading budget estimates", &e))?;
             let mut models = HashMap::new();
@@ -259,8 +256,8 @@ impl LogTx for PgTx<'_> {
         let asked = (run_id.to_string(), key.to_string());
         if !self.known.asked_keys.contains(&asked) {
             self.run(run_id)?;
-            let (db, rt, conn) = (self.db, self.rt, self.conn);
-            let rows = rt
+            let (db, conn) = (self.db, self.conn);
+            let rows = db
                 .block_on(conn.client.query(&conn.st.keys, &[&vec![run_id], &vec![key]]))
                 .map_err(|e| db.error("reading idempotency keys", &e))?;
             if let Some(row) = rows.first() {
@@ -319,8 +316,8 @@ impl LogTx for PgTx<'_> {
         };
         if !announced {
             self.run(run_id)?;
-            let (db, rt, conn) = (self.db, self.rt, self.conn);
-            let rows = rt
+            let (db, conn) = (self.db, self.conn);
+            let rows = db
                 .block_on(conn.client.query(&conn.st.terminals, &[&vec![run_id], &vec![node]]))
                 .map_err(|e| db.error("reading stream ends", &e))?;
             if let Some(row) = rows.first() {
