@@ -45,6 +45,34 @@ impl PgReader {
     }
 }
 
+impl PgReader {
+    /// Run a query and hand each row to `each` as it arrives, so the rows are taken while the
+    /// server is still sending the rest.
+    fn each_row(
+        &self,
+        doing: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        each: &mut dyn FnMut(&tokio_postgres::Row) -> Result<()>,
+    ) -> Result<()> {
+        use futures_util::TryStreamExt;
+        let db = &self.db;
+        db.block_on(async {
+            let client = db.pooled().await?;
+            let statement = client.prepare_cached(sql).await.map_err(|e| db.error(doing, &e))?;
+            let rows = client
+                .query_raw(&statement, params.iter().copied())
+                .await
+                .map_err(|e| db.error(doing, &e))?;
+            futures_util::pin_mut!(rows);
+            while let Some(row) = rows.try_next().await.map_err(|e| db.error(doing, &e))? {
+                each(&row)?;
+            }
+            Ok(())
+        })
+    }
+}
+
 impl LogReader for PgReader {
     fn envelopes(
         &self,
@@ -53,20 +81,19 @@ impl LogReader for PgReader {
         limit: Option<u64>,
         sink: &mut dyn FnMut(&str) -> Result<()>,
     ) -> Result<()> {
-        let rows = self.query(
+        let mut dense = Dense::after(run_id, after);
+        self.each_row(
             "listing events",
             &format!(
                 "SELECT sequence, envelope FROM {} WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
                 self.db.table("events")
             ),
             &[&run_id, &(after as i64), &limit.map(|l| l.min(i64::MAX as u64) as i64)],
-        )?;
-        let mut dense = Dense::after(run_id, after);
-        for row in &rows {
-            dense.check(col::<i64>(row, 0)? as u64)?;
-            sink(col(row, 1)?)?;
-        }
-        Ok(())
+            &mut |row| {
+                dense.check(col::<i64>(row, 0)? as u64)?;
+                sink(col(row, 1)?)
+            },
+        )
     }
 
     fn rows(
@@ -76,7 +103,8 @@ impl LogReader for PgReader {
         limit: Option<u64>,
         sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
     ) -> Result<()> {
-        let rows = self.query(
+        let mut dense = Dense::after(run_id, after);
+        self.each_row(
             "listing events",
             &format!(
                 "SELECT sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope FROM {} \
@@ -84,23 +112,21 @@ impl LogReader for PgReader {
                 self.db.table("events")
             ),
             &[&run_id, &(after as i64), &limit.map(|l| l.min(i64::MAX as u64) as i64)],
-        )?;
-        let mut dense = Dense::after(run_id, after);
-        for row in &rows {
-            let sequence = col::<i64>(row, 0)? as u64;
-            dense.check(sequence)?;
-            sink(RowRef {
-                run_id,
-                sequence,
-                event_id: col(row, 1)?,
-                event_type: col(row, 2)?,
-                key: col(row, 3)?,
-                digest: col(row, 4)?,
-                recorded_at: col(row, 5)?,
-                envelope: col(row, 6)?,
-            })?;
-        }
-        Ok(())
+            &mut |row| {
+                let sequence = col::<i64>(row, 0)? as u64;
+                dense.check(sequence)?;
+                sink(RowRef {
+                    run_id,
+                    sequence,
+                    event_id: col(row, 1)?,
+                    event_type: col(row, 2)?,
+                    key: col(row, 3)?,
+                    digest: col(row, 4)?,
+                    recorded_at: col(row, 5)?,
+                    envelope: col(row, 6)?,
+                })
+            },
+        )
     }
 
     fn streams(&self) -> Result<Vec<StreamSummary>> {
