@@ -1,7 +1,7 @@
 /**
  * What both TypeScript baseline worlds (./world.ts on better-sqlite3, ./pg-world.ts on
- * node-postgres) share: the envelope's shape, JCS through the npm `canonicalize`, sha256 from
- * `node:crypto`, and the deep freeze of what a read returns.
+ * node-postgres) share: the envelope's shape, the per-run promise chain, JCS through the npm
+ * `canonicalize`, sha256 from `node:crypto`, and the deep freeze of what a read returns.
  */
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
@@ -33,4 +33,25 @@ export function canonicalClone(payload: unknown): { text: string; value: Record<
   const text = jcs(payload);
   if (text === undefined) throw new Error('payload cannot be stored in JSON');
   return { text, value: JSON.parse(text) };
+}
+
+/**
+ * One promise chain per key: each call runs after the previous call with its key has settled,
+ * whatever its outcome. `pending()` is what is still running.
+ */
+export class Chains {
+  private readonly chains = new Map<string, Promise<unknown>>();
+
+  run<T>(key: string, fn: () => T | Promise<T>): Promise<T> {
+    const previous = this.chains.get(key) ?? Promise.resolve();
+    const next = previous.catch(() => undefined).then(fn);
+    this.chains.set(key, next);
+    return next.finally(() => {
+      if (this.chains.get(key) === next) this.chains.delete(key);
+    });
+  }
+
+  pending(): Promise<unknown>[] {
+    return [...this.chains.values()];
+  }
 }

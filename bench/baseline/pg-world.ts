@@ -14,12 +14,12 @@
  * a race with another process (unique violation) is retried (up to 50 times).
  */
 import { Pool, type PoolClient } from 'pg';
-import { canonicalClone, deepFreeze, jcs, sha256hex, type Envelope } from './common';
+import { canonicalClone, Chains, deepFreeze, jcs, sha256hex, type Envelope } from './common';
 import { foldRun, pricingTable, type Registry } from './fold';
 
 export class PgBaselineWorld {
   private readonly pool: Pool;
-  private readonly chains = new Map<string, Promise<unknown>>();
+  private readonly chains = new Chains();
   private readonly ready: Promise<void>;
   private readonly t: string;
 
@@ -59,22 +59,13 @@ export class PgBaselineWorld {
 
   /** Waits for the appends in flight, then ends the pool. */
   async close(): Promise<void> {
-    await Promise.allSettled([this.ready, ...this.chains.values()]);
+    await Promise.allSettled([this.ready, ...this.chains.pending()]);
     await this.pool.end();
-  }
-
-  private withChain<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const previous = this.chains.get(key) ?? Promise.resolve();
-    const next = previous.catch(() => undefined).then(fn);
-    this.chains.set(key, next);
-    return next.finally(() => {
-      if (this.chains.get(key) === next) this.chains.delete(key);
-    });
   }
 
   appendEvent(runId: string, input: { type: string; payload: Record<string, unknown>; appendIdempotencyKey?: string }): Promise<Envelope> {
     if (!/^run_[A-Za-z0-9_-]{1,80}$/.test(runId)) return Promise.reject(new Error(`invalid run id ${runId}`));
-    return this.withChain(`events:${this.schema}:${runId}`, async () => {
+    return this.chains.run(`events:${this.schema}:${runId}`, async () => {
       await this.ready;
       const { type, payload, appendIdempotencyKey: key } = input;
       if (type.startsWith('harness.') && key === undefined) throw new Error('harness appends need an appendIdempotencyKey');

@@ -14,7 +14,7 @@ import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, writ
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { canonicalClone, deepFreeze, jcs, sha256hex, type Envelope } from './common';
+import { canonicalClone, Chains, deepFreeze, jcs, sha256hex, type Envelope } from './common';
 import { foldRun, pricingTable, type Registry } from './fold';
 
 function collectRefs(v: unknown, out: string[]): void {
@@ -26,7 +26,7 @@ function collectRefs(v: unknown, out: string[]): void {
 
 export class BaselineWorld {
   private readonly db: Database.Database;
-  private readonly chains = new Map<string, Promise<unknown>>();
+  private readonly chains = new Chains();
   private readonly artifactsDir: string;
   private readonly maxSeq: Database.Statement;
   private readonly byKey: Database.Statement;
@@ -57,19 +57,9 @@ export class BaselineWorld {
     this.db.close();
   }
 
-  private withChain<T>(key: string, fn: () => T): Promise<T> {
-    const previous = this.chains.get(key) ?? Promise.resolve();
-    const next = previous.catch(() => undefined).then(fn);
-    this.chains.set(key, next);
-    return next.finally(() => {
-      if (this.chains.get(key) === next) this.chains.delete(key);
-    });
-  }
-
-
   appendEvent(runId: string, input: { type: string; payload: Record<string, unknown>; appendIdempotencyKey?: string }): Promise<Envelope> {
     if (!/^run_[A-Za-z0-9_-]{1,80}$/.test(runId)) return Promise.reject(new Error(`invalid run id ${runId}`));
-    return this.withChain(`events:${this.dataDir}:${runId}`, () => {
+    return this.chains.run(`events:${this.dataDir}:${runId}`, () => {
       const { type, payload, appendIdempotencyKey: key } = input;
       if (type.startsWith('harness.') && key === undefined) throw new Error('harness appends need an appendIdempotencyKey');
       const canon = canonicalClone(payload);

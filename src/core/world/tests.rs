@@ -300,20 +300,9 @@ fn close_lets_go_of_a_lock_only_after_the_appends_queued_under_it_have_committed
     wait_all(&rx, n + 1);
 }
 
-#[test]
-fn a_read_only_world_reads_what_others_commit_and_refuses_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let (c, rx) = channel();
-    let writer = World::open_local(dir.path(), Durability::Full, Pricing::default(), c.clone()).unwrap();
-    writer.append(1, append("run_r", 0)).unwrap();
-    wait_all(&rx, 1);
-    let reader = World::open_local_read_only(dir.path(), Pricing::default(), c.clone()).unwrap();
-    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 1);
-    // A commit after the read-only world opened is seen by its next read.
-    writer.append(2, append("run_r", 1)).unwrap();
-    wait_all(&rx, 1);
-    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 2);
-
+/// A world opened read-only refuses, at once, an append, a lock, a release and a manifest write
+/// (tickets 3 to 6).
+fn assert_refuses_writes(reader: &World) {
     let refused = reader.append(3, append("run_r", 2)).unwrap_err();
     assert!(
         matches!(&refused, WorldError::Path { message } if message.contains("was opened read-only")),
@@ -331,6 +320,23 @@ fn a_read_only_world_reads_what_others_commit_and_refuses_writes() {
         reader.release_lock(6, "run_r".into(), "t".into()),
         Err(WorldError::Path { .. })
     ));
+}
+
+#[test]
+fn a_read_only_world_reads_what_others_commit_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, rx) = channel();
+    let writer = World::open_local(dir.path(), Durability::Full, Pricing::default(), c.clone()).unwrap();
+    writer.append(1, append("run_r", 0)).unwrap();
+    wait_all(&rx, 1);
+    let reader = World::open_local_read_only(dir.path(), Pricing::default(), c.clone()).unwrap();
+    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 1);
+    // A commit after the read-only world opened is seen by its next read.
+    writer.append(2, append("run_r", 1)).unwrap();
+    wait_all(&rx, 1);
+    assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 2);
+
+    assert_refuses_writes(&reader);
     reader.close(7).unwrap();
     writer.close(8).unwrap();
     wait_all(&rx, 2);
@@ -755,17 +761,9 @@ fn a_read_only_postgres_world_reads_what_others_commit_and_refuses_writes() {
     writer.append(2, append("run_r", 1)).unwrap();
     wait_all(&rx, 1);
     assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 2);
-    let refused = reader.append(3, append("run_r", 2)).unwrap_err();
-    assert!(
-        matches!(&refused, WorldError::Path { message } if message.contains("was opened read-only")),
-        "{refused:?}"
-    );
-    assert!(matches!(
-        reader.acquire_lock(4, "run", "run_r", std::time::Duration::ZERO),
-        Err(WorldError::Path { .. })
-    ));
-    reader.close(5).unwrap();
-    writer.close(6).unwrap();
-    early.close(7).unwrap();
+    assert_refuses_writes(&reader);
+    reader.close(7).unwrap();
+    writer.close(8).unwrap();
+    early.close(9).unwrap();
     wait_all(&rx, 3);
 }
