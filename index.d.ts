@@ -35,14 +35,23 @@ export declare class NativeWorld {
   /**
    * Append an event; resolves with the envelope's canonical JSON after its commit. `strings`
    * are long strings of the payload sent beside its JSON text, which holds `"\u0000<index>"`
-   * in their places (see `AppendRequest::strings`).
+   * in their places (see `AppendRequest::strings`). `expected_sequence` and `index_json` (a
+   * JSON array of `{ index, key, value }`) are `AppendRequest::expected_sequence` and `index`.
+   * The fields are passed flat: an options object per append would cost on the hot path.
    */
-  append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null, strings?: Array<string> | undefined | null): Promise<string>
+  append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null, strings?: Array<string> | undefined | null, expectedSequence?: number | undefined | null, indexJson?: string | undefined | null): Promise<string>
   /**
    * Append a run-event draft (JSON text, `type` included) to a run (`session: false`) or a
    * session; resolves with the envelope's canonical JSON.
    */
   appendDraft(streamId: string, draftJson: string, session: boolean): Promise<string>
+  /** Entry `key` of `index`: resolves with its JSON, or `null`. */
+  indexEntry(index: string, key: string): Promise<string>
+  /**
+   * Entries of `index` (with `value`, if given) after key `after`, at most `limit`, by key;
+   * resolves with a JSON array.
+   */
+  indexEntries(index: string, value: string | undefined | null, after: string | undefined | null, limit: number, descending: boolean): Promise<string>
   /** A stream's events as run (or session) events, JSON array text. `strict` is the replay read. */
   runEvents(streamId: string, strict: boolean): Promise<string>
   /** Fold a run's stored events into its state, inside Rust; resolves with its canonical JSON. */

@@ -36,6 +36,10 @@ export class WorldClosedError extends WorldError {}
 export class EventValidationError extends WorldError {}
 /** An idempotency key was reused for different content. */
 export class EventAppendIdempotencyConflictError extends WorldError {}
+/** An append's `expectedSequence` was not the run's last sequence. */
+export class EventSequenceConflictError extends WorldError {}
+/** An append wrote an index entry that another run holds. */
+export class IndexEntryConflictError extends WorldError {}
 /** No artifact with that id exists in the world. */
 export class ArtifactNotFoundError extends WorldError {}
 /** Stored data failed an integrity check: tampering or disk damage. */
@@ -62,6 +66,8 @@ const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze({
   WORLD_CLOSED: WorldClosedError,
   EVENT_VALIDATION: EventValidationError,
   EVENT_APPEND_IDEMPOTENCY_CONFLICT: EventAppendIdempotencyConflictError,
+  EVENT_SEQUENCE_CONFLICT: EventSequenceConflictError,
+  INDEX_ENTRY_CONFLICT: IndexEntryConflictError,
   ARTIFACT_NOT_FOUND: ArtifactNotFoundError,
   RUNTIME_INTEGRITY: RuntimeIntegrityError,
   ARTIFACT_HASH_MISMATCH: ArtifactHashMismatchError,

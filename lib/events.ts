@@ -11,9 +11,28 @@ export interface AppendEventInput {
   payload: Record<string, unknown>;
   /** Required for every type that starts with `harness.`. */
   appendIdempotencyKey?: string;
+  /**
+   * Commit only if the run's last sequence is this one (0 for a run with no events); else the
+   * append is refused with `EventSequenceConflictError` and writes nothing. A keyed retry of an
+   * append already committed is answered with its event whatever it expected.
+   */
+  expectedSequence?: number;
+  /** Index entries to set (or, with `value: null`, remove) in the same transaction as the event. */
+  index?: readonly IndexWrite[];
 }
 
-const INPUT_FIELDS = ['type', 'payload', 'appendIdempotencyKey'] as const;
+/**
+ * An entry of an index written with an event. An entry belongs to the run that wrote it: another
+ * run's write to the same key is refused with `IndexEntryConflictError` until the owner removes it.
+ */
+export interface IndexWrite {
+  index: string;
+  key: string;
+  /** The entry's value, or `null` to remove the entry. */
+  value: string | null;
+}
+
+const INPUT_FIELDS = ['type', 'payload', 'appendIdempotencyKey', 'expectedSequence', 'index'] as const;
 
 /**
  * {@link appendEvent} with a payload of an interface type, which has no index signature and so is
@@ -35,12 +54,20 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
   try {
     handle = handleOf(world);
     checkRunIdType(runId);
-    const { type, payload, appendIdempotencyKey } = fieldsOf(input, 'input', '', INPUT_FIELDS, 'must be an object with type and payload', runId);
+    const { type, payload, appendIdempotencyKey, expectedSequence, index } = fieldsOf(input, 'input', '', INPUT_FIELDS, 'must be an object with type and payload', runId);
     if (typeof type !== 'string') invalid('type', 'must be a string', runId);
     wellFormed('type', type, runId);
     if (appendIdempotencyKey !== undefined) {
       if (typeof appendIdempotencyKey !== 'string') invalid('appendIdempotencyKey', 'must be a string', runId);
       wellFormed('appendIdempotencyKey', appendIdempotencyKey, runId);
+    }
+    if (expectedSequence !== undefined && (typeof expectedSequence !== 'number' || !Number.isSafeInteger(expectedSequence) || expectedSequence < 0)) {
+      invalid('expectedSequence', 'must be a non-negative safe integer', runId);
+    }
+    let indexJson: string | undefined;
+    if (index !== undefined) {
+      if (!Array.isArray(index)) invalid('index', 'must be an array of { index, key, value }', runId);
+      indexJson = toJsonText(index, 'index', { runId });
     }
     // A colon type is a run event's (or a namespace's that may become one): its errors name no
     // key that looks like a credential, as appendRunEvent's do not.
@@ -48,7 +75,7 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
     if (!isPlainRecord(copy)) invalid('payload', 'must be an object', runId);
     const beside: string[] = [];
     const payloadJson = jsonOf(copy, long ? beside : undefined);
-    pending = handle.append(runId, type, payloadJson, appendIdempotencyKey, beside.length > 0 ? beside : undefined);
+    pending = handle.append(runId, type, payloadJson, appendIdempotencyKey, beside.length > 0 ? beside : undefined, expectedSequence, indexJson);
   } catch (err) {
     // As nativeOf, a closed world says so rather than what is wrong with the arguments; asked
     // only once they are refused, so that an append does not pay for it (the core checks too).

@@ -46,6 +46,20 @@ pub enum WorldError {
         request_digest: String,
     },
 
+    /// An append said which sequence it expected its run to end at, and the run ends elsewhere:
+    /// another writer appended first.
+    #[error("{run_id} ends at sequence {last}, not at the expected {expected}: another append came first")]
+    SequenceConflict { run_id: String, expected: u64, last: u64 },
+
+    /// An append wrote or removed an index entry that another run holds.
+    #[error("index {index:?} entry {key:?} is held by {holder}")]
+    IndexConflict {
+        run_id: String,
+        index: String,
+        key: String,
+        holder: String,
+    },
+
     /// No artifact with this id exists in the world.
     #[error("artifact {artifact_id} not found{}", referenced_at(path.as_deref()))]
     ArtifactNotFound {
@@ -163,6 +177,8 @@ impl WorldError {
             WorldError::Closed => "WORLD_CLOSED",
             WorldError::Validation { .. } => "EVENT_VALIDATION",
             WorldError::IdempotencyConflict { .. } => "EVENT_APPEND_IDEMPOTENCY_CONFLICT",
+            WorldError::SequenceConflict { .. } => "EVENT_SEQUENCE_CONFLICT",
+            WorldError::IndexConflict { .. } => "INDEX_ENTRY_CONFLICT",
             WorldError::ArtifactNotFound { .. } => "ARTIFACT_NOT_FOUND",
             WorldError::ArtifactHashMismatch { .. } => "ARTIFACT_HASH_MISMATCH",
             WorldError::ArtifactManifestCorrupt { .. } => "ARTIFACT_MANIFEST_CORRUPT",
@@ -183,6 +199,15 @@ impl WorldError {
             WorldError::IdempotencyConflict {
                 run_id, key, sequence, ..
             } => json!({ "runId": run_id, "appendIdempotencyKey": key, "sequence": sequence }),
+            WorldError::SequenceConflict { run_id, expected, last } => {
+                json!({ "runId": run_id, "expectedSequence": expected, "lastSequence": last })
+            }
+            WorldError::IndexConflict {
+                run_id,
+                index,
+                key,
+                holder,
+            } => json!({ "runId": run_id, "index": index, "key": key, "holderRunId": holder }),
             WorldError::ArtifactNotFound {
                 artifact_id,
                 run_id,

@@ -4,7 +4,7 @@ use super::completion::JsCompleter;
 use super::{guarded, throw, RawValue};
 use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
-use crate::core::events::AppendRequest;
+use crate::core::events::{self, AppendRequest};
 use crate::core::materialize::pricing::Pricing;
 use crate::core::run_events::Stream;
 use crate::core::runtime::Ticket;
@@ -191,7 +191,10 @@ impl NativeWorld {
 
     /// Append an event; resolves with the envelope's canonical JSON after its commit. `strings`
     /// are long strings of the payload sent beside its JSON text, which holds `"\u0000<index>"`
-    /// in their places (see `AppendRequest::strings`).
+    /// in their places (see `AppendRequest::strings`). `expected_sequence` and `index_json` (a
+    /// JSON array of `{ index, key, value }`) are `AppendRequest::expected_sequence` and `index`.
+    /// The fields are passed flat: an options object per append would cost on the hot path.
+    #[allow(clippy::too_many_arguments)]
     #[napi(ts_return_type = "Promise<string>")]
     pub fn append(
         &self,
@@ -201,8 +204,14 @@ impl NativeWorld {
         payload_json: String,
         idempotency_key: Option<String>,
         #[napi(ts_arg_type = "Array<string> | undefined | null")] strings: Option<Vec<String>>,
+        expected_sequence: Option<i64>,
+        index_json: Option<String>,
     ) -> napi::Result<RawValue> {
         self.submit_with(&env, WAIT_IN_PLACE, |t, waiting| {
+            let index = match &index_json {
+                Some(text) => events::index_writes_from_json(text).map_err(|e| e.for_run(&run_id))?,
+                None => Vec::new(),
+            };
             let req = AppendRequest {
                 run_id,
                 event_type,
@@ -210,6 +219,8 @@ impl NativeWorld {
                 strings: strings.unwrap_or_default(),
                 key: idempotency_key,
                 draft: None,
+                expected_sequence: expected_sequence.map(|s| s.max(0) as u64),
+                index,
             };
             if waiting {
                 self.world.append_awaited(t, req)
@@ -239,8 +250,34 @@ impl NativeWorld {
                     strings: Vec::new(),
                     key: None,
                     draft: Some(if session { Stream::Session } else { Stream::Run }),
+                    expected_sequence: None,
+                    index: Vec::new(),
                 },
             )
+        })
+    }
+
+    /// Entry `key` of `index`: resolves with its JSON, or `null`.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn index_entry(&self, env: Env, index: String, key: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.index_entry(t, index, key))
+    }
+
+    /// Entries of `index` (with `value`, if given) after key `after`, at most `limit`, by key;
+    /// resolves with a JSON array.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn index_entries(
+        &self,
+        env: Env,
+        index: String,
+        value: Option<String>,
+        after: Option<String>,
+        limit: u32,
+        descending: bool,
+    ) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            self.world
+                .index_entries(t, index, value, after, u64::from(limit), descending)
         })
     }
 

@@ -46,6 +46,63 @@ pub struct AppendRequest {
     pub key: Option<String>,
     /// `Some` for `appendRunEvent` / `appendSessionEvent`: the payload is a run-event draft.
     pub draft: Option<Stream>,
+    /// Commit only if the stream's last sequence is this one (0: it has none yet).
+    pub expected_sequence: Option<u64>,
+    /// Index entries written with the event, in its transaction.
+    pub index: Vec<IndexWrite>,
+}
+
+/// An index entry an append sets (`value` some) or removes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexWrite {
+    pub index: String,
+    pub key: String,
+    pub value: Option<String>,
+}
+
+/// Most index entries one append may write.
+pub const MAX_INDEX_WRITES: usize = 64;
+/// Longest index name, key or value.
+pub const MAX_INDEX_LEN: usize = 1024;
+
+/// Index writes from their JSON: an array of `{"index", "key", "value"}`, `value` a string or
+/// `null`.
+pub fn index_writes_from_json(text: &str) -> Result<Vec<IndexWrite>> {
+    serde_json::from_str(text).map_err(|e| {
+        WorldError::validation(
+            "index",
+            format!("must be an array of {{ index, key, value }} with string index and key and a string or null value ({e})"),
+        )
+    })
+}
+
+/// Check an append's index writes: at most [`MAX_INDEX_WRITES`], names and keys of 1 to
+/// [`MAX_INDEX_LEN`] bytes and values of at most that, none holding U+0000.
+fn check_index(writes: &[IndexWrite]) -> Result<()> {
+    if writes.len() > MAX_INDEX_WRITES {
+        return Err(WorldError::validation(
+            "index",
+            format!("at most {MAX_INDEX_WRITES} entries may be written by one append"),
+        ));
+    }
+    for (i, w) in writes.iter().enumerate() {
+        let fields = [
+            ("index", Some(&w.index), 1),
+            ("key", Some(&w.key), 1),
+            ("value", w.value.as_ref(), 0),
+        ];
+        for (name, text, min) in fields {
+            let Some(text) = text else { continue };
+            if text.len() < min || text.len() > MAX_INDEX_LEN || text.contains('\0') {
+                return Err(WorldError::validation(
+                    format!("index[{i}].{name}"),
+                    format!("must be a string of {min} to {MAX_INDEX_LEN} bytes without U+0000"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An append whose payload is checked and canonical, ready for a write transaction.
@@ -82,6 +139,10 @@ pub struct PreparedAppend {
     /// retry does, even when a rule added since refuses the payload (an earlier version stored
     /// it under looser rules). Such an append never reaches the writer and writes nothing.
     pub refused: Option<WorldError>,
+    /// See [`AppendRequest::expected_sequence`].
+    pub expected_sequence: Option<u64>,
+    /// See [`AppendRequest::index`].
+    pub index: Vec<IndexWrite>,
 }
 
 /// A run-event budget estimate: `budget:estimate_committed` commits an amount to a
@@ -283,6 +344,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         effects = RunEvents.effects(Stream::Run, &req.event_type, &payload);
     }
     check_type(&req.event_type).map_err(|e| e.for_run(run))?;
+    check_index(&req.index).map_err(|e| e.for_run(run))?;
     if let Some(key) = &req.key {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return Err(WorldError::validation(
@@ -352,6 +414,8 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         usage,
         spill,
         refused,
+        expected_sequence: req.expected_sequence,
+        index: req.index,
     })
 }
 
@@ -711,6 +775,23 @@ fn append_one<'b>(
             ended: tx.terminal(run, "")?,
         },
     };
+    if let Some(expected) = item.expected_sequence.filter(|&e| e != cursor.last) {
+        return Err(WorldError::SequenceConflict {
+            run_id: item.run_id.clone(),
+            expected,
+            last: cursor.last,
+        });
+    }
+    for w in &item.index {
+        if let Some(holder) = tx.index_holder(&w.index, &w.key)?.filter(|h| h != run) {
+            return Err(WorldError::IndexConflict {
+                run_id: item.run_id.clone(),
+                index: w.index.clone(),
+                key: w.key.clone(),
+                holder,
+            });
+        }
+    }
     if let Some(end) = cursor.ended {
         return Err(WorldError::validation(
             "type",
@@ -775,6 +856,9 @@ fn append_one<'b>(
     })?;
     if let Some(node) = &item.terminal {
         tx.insert_terminal(run, node, sequence, &item.event_type)?;
+    }
+    for w in &item.index {
+        tx.put_index(&w.index, &w.key, w.value.as_deref(), run, sequence)?;
     }
     if let Some(e) = &item.estimate {
         tx.add_estimate(run, &e.model, e.amount, e.released)?;

@@ -395,6 +395,15 @@ mod tests {
         fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<crate::core::store::KeyedEvent>> {
             self.0.find_by_key(run_id, key)
         }
+        fn index_entry(&self, index: &str, key: &str) -> Result<Option<crate::core::store::IndexEntry>> {
+            self.0.index_entry(index, key)
+        }
+        fn index_entries(
+            &self,
+            query: &crate::core::store::IndexQuery<'_>,
+        ) -> Result<Vec<crate::core::store::IndexEntry>> {
+            self.0.index_entries(query)
+        }
     }
 
     #[test]

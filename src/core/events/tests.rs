@@ -5,6 +5,7 @@ use super::*;
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::postgres;
 use crate::core::store::sqlite::{self, Durability};
+use crate::core::store::IndexQuery;
 use serde_json::json;
 
 struct NoArtifacts;
@@ -27,6 +28,8 @@ fn req(run: &str, t: &str, payload: serde_json::Value, key: Option<&str>) -> App
         payload_json: payload.to_string(),
         key: key.map(str::to_string),
         draft: None,
+        expected_sequence: None,
+        index: Vec::new(),
         strings: Vec::new(),
     }
 }
@@ -217,6 +220,8 @@ fn payloads_must_be_objects_of_storable_json() {
                 payload_json: json.into(),
                 key: None,
                 draft: None,
+                expected_sequence: None,
+                index: Vec::new(),
             },
             &NoArtifacts,
         )
@@ -235,6 +240,8 @@ fn payloads_must_be_objects_of_storable_json() {
             payload_json: "{}".into(),
             key: None,
             draft: None,
+            expected_sequence: None,
+            index: Vec::new(),
         },
         &NoArtifacts,
     )
@@ -248,6 +255,8 @@ fn payloads_must_be_objects_of_storable_json() {
             payload_json: "{}".into(),
             key: None,
             draft: None,
+            expected_sequence: None,
+            index: Vec::new(),
         },
         &NoArtifacts,
     )
@@ -551,4 +560,191 @@ mod properties {
             }
         }
     }
+}
+
+fn expecting(run: &str, step: &str, expected: Option<u64>, index: Vec<IndexWrite>) -> PreparedAppend {
+    let mut r = req(run, "StepStarted", json!({"stepPath": step}), None);
+    r.expected_sequence = expected;
+    r.index = index;
+    prep(r).unwrap()
+}
+
+fn set(index: &str, key: &str, value: Option<&str>) -> IndexWrite {
+    IndexWrite {
+        index: index.into(),
+        key: key.into(),
+        value: value.map(str::to_string),
+    }
+}
+
+#[test]
+fn an_append_expecting_another_last_sequence_is_refused_and_consumes_none() {
+    for (mut w, r, _dir) in backends() {
+        let at = "2026-01-01T00:00:00.000Z";
+        // Expecting 0 on a new run, then 1, in one group: both hold.
+        let out = commit_batch(
+            &mut *w,
+            &NoArtifacts,
+            &mut [
+                expecting("run_e", "a", Some(0), vec![]),
+                expecting("run_e", "b", Some(1), vec![]),
+            ],
+            at,
+        );
+        assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
+        // A stale expectation between two that hold: refused alone, with what the log holds.
+        let out = commit_batch(
+            &mut *w,
+            &NoArtifacts,
+            &mut [
+                expecting("run_e", "c", Some(2), vec![]),
+                expecting("run_e", "d", Some(2), vec![]),
+                expecting("run_e", "e", Some(3), vec![]),
+            ],
+            at,
+        );
+        assert!(out[0].is_ok() && out[2].is_ok());
+        let err = out[1].as_ref().unwrap_err();
+        assert_eq!(err.code(), "EVENT_SEQUENCE_CONFLICT");
+        assert_eq!(
+            err.details(),
+            json!({"runId": "run_e", "expectedSequence": 2, "lastSequence": 3})
+        );
+        assert_eq!(r.last_sequence("run_e").unwrap(), 4);
+        // A keyed retry is answered with its event whatever it expected.
+        let keyed = |expected| {
+            let mut q = req(
+                "run_e",
+                "harness.tool_call.failed",
+                json!({"callId": "c", "error": {"message": "x"}, "durationMs": 1}),
+                Some("k"),
+            );
+            q.expected_sequence = Some(expected);
+            prep(q).unwrap()
+        };
+        let first = commit_batch(&mut *w, &NoArtifacts, &mut [keyed(4)], at)
+            .remove(0)
+            .unwrap();
+        let again = commit_batch(&mut *w, &NoArtifacts, &mut [keyed(4)], at)
+            .remove(0)
+            .unwrap();
+        assert_eq!(first, again);
+        assert_eq!(r.last_sequence("run_e").unwrap(), 5);
+    }
+}
+
+#[test]
+fn index_entries_are_owned_by_one_run_and_commit_or_roll_back_with_its_event() {
+    for (mut w, r, _dir) in backends() {
+        let at = "2026-01-01T00:00:00.000Z";
+        let out = commit_batch(
+            &mut *w,
+            &NoArtifacts,
+            &mut [
+                expecting(
+                    "run_a",
+                    "a",
+                    None,
+                    vec![set("hooks", "tok", Some("pending")), set("by", "x", Some("1"))],
+                ),
+                // Another run may not take the key, even in the same group; its event is not written.
+                expecting(
+                    "run_b",
+                    "b",
+                    None,
+                    vec![set("other", "k", Some("v")), set("hooks", "tok", Some("mine"))],
+                ),
+                // The owner may change its entry in the same group.
+                expecting("run_a", "c", None, vec![set("hooks", "tok", Some("done"))]),
+            ],
+            at,
+        );
+        assert!(out[0].is_ok() && out[2].is_ok());
+        let err = out[1].as_ref().unwrap_err();
+        assert_eq!(err.code(), "INDEX_ENTRY_CONFLICT");
+        assert_eq!(
+            err.details(),
+            json!({"runId": "run_b", "index": "hooks", "key": "tok", "holderRunId": "run_a"})
+        );
+        assert_eq!(r.last_sequence("run_b").unwrap(), 0);
+        // What run_b's refused event would have written is not there.
+        assert!(r.index_entry("other", "k").unwrap().is_none());
+        let entry = r.index_entry("hooks", "tok").unwrap().unwrap();
+        assert_eq!(
+            (entry.value.as_str(), entry.run_id.as_str(), entry.sequence),
+            ("done", "run_a", 2)
+        );
+        // The owner removes it; then another run may take it.
+        let out = commit_batch(
+            &mut *w,
+            &NoArtifacts,
+            &mut [
+                expecting("run_a", "d", None, vec![set("hooks", "tok", None)]),
+                expecting("run_b", "e", None, vec![set("hooks", "tok", Some("mine"))]),
+            ],
+            at,
+        );
+        assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
+        assert_eq!(r.index_entry("hooks", "tok").unwrap().unwrap().run_id, "run_b");
+    }
+}
+
+#[test]
+fn index_listings_filter_by_value_and_page_by_key_both_ways() {
+    for (mut w, r, _dir) in backends() {
+        let writes: Vec<IndexWrite> = (0..6)
+            .map(|i| set("runs", &format!("k{i}"), Some(if i % 2 == 0 { "even" } else { "odd" })))
+            .collect();
+        let out = commit_batch(
+            &mut *w,
+            &NoArtifacts,
+            &mut [expecting("run_l", "a", None, writes)],
+            "2026-01-01T00:00:00.000Z",
+        );
+        assert!(out[0].is_ok());
+        let keys = |value, after, limit, descending| -> Vec<String> {
+            let q = IndexQuery {
+                index: "runs",
+                value,
+                after,
+                limit,
+                descending,
+            };
+            r.index_entries(&q).unwrap().into_iter().map(|e| e.key).collect()
+        };
+        assert_eq!(keys(None, None, 100, false), ["k0", "k1", "k2", "k3", "k4", "k5"]);
+        assert_eq!(keys(Some("even"), None, 100, false), ["k0", "k2", "k4"]);
+        assert_eq!(keys(Some("even"), Some("k0"), 1, false), ["k2"]);
+        assert_eq!(keys(None, Some("k4"), 2, true), ["k3", "k2"]);
+        assert_eq!(keys(Some("odd"), None, 100, true), ["k5", "k3", "k1"]);
+        assert!(keys(None, None, 100, false).len() == 6 && keys(Some("none"), None, 100, false).is_empty());
+    }
+}
+
+#[test]
+fn index_writes_are_checked_before_anything_is_written() {
+    let long = "x".repeat(MAX_INDEX_LEN + 1);
+    let cases = [
+        (vec![set("", "k", Some("v"))], "index[0].index"),
+        (
+            vec![set("i", "k", Some("v")), set("i", &long, Some("v"))],
+            "index[1].key",
+        ),
+        (vec![set("i", "k", Some("a\0b"))], "index[0].value"),
+        (
+            (0..=MAX_INDEX_WRITES).map(|i| set("i", &i.to_string(), None)).collect(),
+            "index",
+        ),
+    ];
+    for (writes, path) in cases {
+        let mut r = req("run_v", "StepStarted", json!({"stepPath": "s"}), None);
+        r.index = writes;
+        assert_eq!(validation_path(prepare(r, &NoArtifacts).unwrap_err()), path);
+    }
+    let parsed = index_writes_from_json(r#"[{"index":"i","key":"k","value":null}]"#).unwrap();
+    assert_eq!(parsed, vec![set("i", "k", None)]);
+    assert_eq!(
+        validation_path(index_writes_from_json(r#"[{"index":"i","key":"k","v":1}]"#).unwrap_err()),
+        "index"
+    );
 }

@@ -3,7 +3,9 @@
 //! A transaction holds the store's lock from begin to commit and stages its rows, so readers only
 //! ever see committed rows, and a savepoint is a mark in the staged list.
 
-use super::{KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StoredEvent, StreamSummary};
+use super::{
+    IndexEntry, IndexQuery, KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StoredEvent, StreamSummary,
+};
 use crate::core::error::{Result, WorldError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,10 +24,19 @@ struct Stream {
 
 type Streams = BTreeMap<String, Stream>;
 
+/// Index entries by `(index, key)`: value, stream, sequence.
+type Index = BTreeMap<(String, String), (String, String, u64)>;
+
+#[derive(Default)]
+struct Store {
+    streams: Streams,
+    index: Index,
+}
+
 /// A shared in-memory store; clone the handle to get another writer or reader onto it.
 #[derive(Clone, Default)]
 pub struct MemoryLog {
-    streams: Arc<Mutex<Streams>>,
+    store: Arc<Mutex<Store>>,
 }
 
 impl MemoryLog {
@@ -34,19 +45,24 @@ impl MemoryLog {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Streams> {
-        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
+/// A staged index write: index, key, value (`None` removes), stream, sequence.
+type IndexWrite = (String, String, Option<String>, String, u64);
+
 struct MemoryTx<'a> {
     streams: &'a Streams,
+    index: &'a Index,
+    staged_index: Vec<IndexWrite>,
     staged: Vec<StoredEvent>,
     staged_terminals: Vec<(String, String, u64)>,
     /// Run, model, amount, released.
     staged_estimates: Vec<(String, String, u64, bool)>,
     staged_usage: Vec<(String, [u64; 4])>,
-    mark: (usize, usize, usize, usize),
+    mark: (usize, usize, usize, usize, usize),
 }
 
 impl LogTx for MemoryTx<'_> {
@@ -173,12 +189,34 @@ impl LogTx for MemoryTx<'_> {
         Ok(())
     }
 
+    fn index_holder(&mut self, index: &str, key: &str) -> Result<Option<String>> {
+        if let Some(w) = self.staged_index.iter().rev().find(|w| w.0 == index && w.1 == key) {
+            return Ok(w.2.as_ref().map(|_| w.3.clone()));
+        }
+        Ok(self
+            .index
+            .get(&(index.to_string(), key.to_string()))
+            .map(|(_, run, _)| run.clone()))
+    }
+
+    fn put_index(&mut self, index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Result<()> {
+        self.staged_index.push((
+            index.to_string(),
+            key.to_string(),
+            value.map(str::to_string),
+            run_id.to_string(),
+            sequence,
+        ));
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = (
             self.staged.len(),
             self.staged_terminals.len(),
             self.staged_estimates.len(),
             self.staged_usage.len(),
+            self.staged_index.len(),
         );
         Ok(())
     }
@@ -192,6 +230,7 @@ impl LogTx for MemoryTx<'_> {
         self.staged_terminals.truncate(self.mark.1);
         self.staged_estimates.truncate(self.mark.2);
         self.staged_usage.truncate(self.mark.3);
+        self.staged_index.truncate(self.mark.4);
         Ok(())
     }
 }
@@ -212,14 +251,17 @@ fn apply(open: u64, amount: u64, released: bool) -> u64 {
 
 impl LogWriter for MemoryLog {
     fn transaction(&mut self, _scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
-        let mut streams = self.lock();
+        let mut store = self.lock();
+        let Store { streams, index } = &mut *store;
         let mut tx = MemoryTx {
-            streams: &streams,
+            streams,
+            index,
+            staged_index: Vec::new(),
             staged: Vec::new(),
             staged_terminals: Vec::new(),
             staged_estimates: Vec::new(),
             staged_usage: Vec::new(),
-            mark: (0, 0, 0, 0),
+            mark: (0, 0, 0, 0, 0),
         };
         body(&mut tx)?;
         let MemoryTx {
@@ -227,8 +269,15 @@ impl LogWriter for MemoryLog {
             staged_terminals,
             staged_estimates,
             staged_usage,
+            staged_index,
             ..
         } = tx;
+        for (name, key, value, run, sequence) in staged_index {
+            match value {
+                Some(value) => index.insert((name, key), (value, run, sequence)),
+                None => index.remove(&(name, key)),
+            };
+        }
         for (run, tokens) in staged_usage {
             let stream = streams.entry(run).or_default();
             stream.usage = add_counts(stream.usage, tokens);
@@ -268,8 +317,8 @@ impl LogReader for MemoryLog {
         limit: Option<u64>,
         sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
     ) -> Result<()> {
-        let streams = self.lock();
-        let Some(stream) = streams.get(run_id) else {
+        let store = self.lock();
+        let Some(stream) = store.streams.get(run_id) else {
             return Ok(());
         };
         let start = (after.min(stream.rows.len() as u64)) as usize;
@@ -281,8 +330,9 @@ impl LogReader for MemoryLog {
     }
 
     fn streams(&self) -> Result<Vec<StreamSummary>> {
-        let streams = self.lock();
-        Ok(streams
+        let store = self.lock();
+        Ok(store
+            .streams
             .iter()
             .filter(|(_, s)| !s.rows.is_empty())
             .map(|(id, s)| StreamSummary {
@@ -310,13 +360,53 @@ impl LogReader for MemoryLog {
     fn last_sequence(&self, run_id: &str) -> Result<u64> {
         Ok(self
             .lock()
+            .streams
             .get(run_id)
             .and_then(|s| s.rows.last())
             .map_or(0, |r| r.sequence))
     }
 
     fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>> {
-        Ok(committed_by_key(&self.lock(), run_id, key))
+        Ok(committed_by_key(&self.lock().streams, run_id, key))
+    }
+
+    fn index_entry(&self, index: &str, key: &str) -> Result<Option<IndexEntry>> {
+        let store = self.lock();
+        Ok(store
+            .index
+            .get_key_value(&(index.to_string(), key.to_string()))
+            .map(entry))
+    }
+
+    fn index_entries(&self, query: &IndexQuery<'_>) -> Result<Vec<IndexEntry>> {
+        let store = self.lock();
+        let of_index = store
+            .index
+            .range((query.index.to_string(), String::new())..)
+            .take_while(|((name, _), _)| name == query.index)
+            .filter(|((_, key), (value, ..))| query.wants(key, value));
+        let take = query.limit.min(usize::MAX as u64) as usize;
+        Ok(if query.descending {
+            of_index
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .take(take)
+                .map(entry)
+                .collect()
+        } else {
+            of_index.take(take).map(entry).collect()
+        })
+    }
+}
+
+fn entry(((index, key), (value, run, sequence)): (&(String, String), &(String, String, u64))) -> IndexEntry {
+    IndexEntry {
+        index: index.clone(),
+        key: key.clone(),
+        value: value.clone(),
+        run_id: run.clone(),
+        sequence: *sequence,
     }
 }
 

@@ -91,6 +91,40 @@ pub struct StreamSummary {
     pub last_recorded_at: String,
 }
 
+/// An entry of a named index: a key, its value, and the stream whose event wrote it last. Entries
+/// are written in the same transaction as that event, so an index never runs ahead of or behind
+/// the log; an entry belongs to its stream, and no other stream's event may change it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexEntry {
+    pub index: String,
+    pub key: String,
+    pub value: String,
+    pub run_id: String,
+    pub sequence: u64,
+}
+
+/// Which entries of an index a listing wants: those of `index` (with `value`, if given) whose
+/// key comes after `after` in the listing's order, at most `limit`, ordered by key.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexQuery<'a> {
+    pub index: &'a str,
+    pub value: Option<&'a str>,
+    pub after: Option<&'a str>,
+    pub limit: u64,
+    pub descending: bool,
+}
+
+impl IndexQuery<'_> {
+    /// Whether an entry of this index with `key` and `value` is one the listing wants.
+    pub fn wants(&self, key: &str, value: &str) -> bool {
+        self.value.is_none_or(|v| v == value)
+            && self
+                .after
+                .is_none_or(|a| if self.descending { key < a } else { key > a })
+    }
+}
+
 /// The operations an append needs inside one write transaction.
 pub trait LogTx {
     /// The highest committed-or-pending sequence of `run_id`, 0 when it has none.
@@ -116,6 +150,12 @@ pub trait LogTx {
     /// Add one call's token counts to `run_id`'s. The caller has checked that the totals stay
     /// within `0 ..= 2^53 - 1`. Fails only as the store fails (never refused, as an insert is).
     fn add_usage(&mut self, run_id: &str, tokens: [u64; 4]) -> Result<()>;
+    /// The stream holding entry `key` of `index`, if any (pending writes of this transaction
+    /// included).
+    fn index_holder(&mut self, index: &str, key: &str) -> Result<Option<String>>;
+    /// Set entry `key` of `index` to `value`, held by `run_id` at `sequence`; `None` removes it.
+    /// The caller has checked that no other stream holds it.
+    fn put_index(&mut self, index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Result<()>;
     /// Open a savepoint for one append.
     fn savepoint(&mut self) -> Result<()>;
     /// Keep what the append since the savepoint wrote.
@@ -213,6 +253,10 @@ pub trait LogReader: Send + Sync {
     fn last_sequence(&self, run_id: &str) -> Result<u64>;
     /// The committed row of `run_id` appended with idempotency key `key`, if any.
     fn find_by_key(&self, run_id: &str, key: &str) -> Result<Option<KeyedEvent>>;
+    /// Entry `key` of `index`, if there is one.
+    fn index_entry(&self, index: &str, key: &str) -> Result<Option<IndexEntry>>;
+    /// The entries of an index a query wants.
+    fn index_entries(&self, query: &IndexQuery<'_>) -> Result<Vec<IndexEntry>>;
     /// What was committed since `since` (a [`Changes::mark`] this returned before; none for the
     /// first call, which only takes the mark). A backend that cannot tell says anything may have.
     fn changes(&self, since: Option<i64>) -> Result<Changes> {
@@ -403,16 +447,16 @@ mod tests {
         let upgrade = "BEGIN;
              CREATE TABLE later (x INTEGER);
              DROP TRIGGER events_writer;
-             CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(6)
+             CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(7)
              BEGIN SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version'); END;
-             PRAGMA user_version = 6;
+             PRAGMA user_version = 7;
              COMMIT;";
         other.execute_batch(upgrade).unwrap();
         for _ in 0..2 {
             let err = append(2).unwrap_err();
             assert_eq!(err.code(), "WORLD_PATH", "{err}");
             assert!(err.to_string().contains("upgraded by a newer version"), "{err}");
-            assert!(err.to_string().contains("to schema 6"), "{err}");
+            assert!(err.to_string().contains("to schema 7"), "{err}");
         }
         let count: i64 = other
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))

@@ -79,6 +79,45 @@ impl World {
         Ok(())
     }
 
+    /// Entry `key` of `index` as JSON (see [`crate::core::store::IndexEntry`]), or `null`.
+    pub fn index_entry(&self, ticket: Ticket, index: String, key: String) -> Result<()> {
+        self.ensure_open()?;
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            let entry = reader.index_entry(&index, &key)?;
+            Ok(Output::Json(
+                serde_json::to_string(&entry).expect("an index entry serializes"),
+            ))
+        })
+    }
+
+    /// The entries of `index` (with `value`, if given) after key `after`, at most `limit`, by key
+    /// (`descending`: from the greatest), as a JSON array.
+    pub fn index_entries(
+        &self,
+        ticket: Ticket,
+        index: String,
+        value: Option<String>,
+        after: Option<String>,
+        limit: u64,
+        descending: bool,
+    ) -> Result<()> {
+        self.ensure_open()?;
+        let reader = self.inner.reader.clone();
+        self.run(ticket, move || {
+            let entries = reader.index_entries(&crate::core::store::IndexQuery {
+                index: &index,
+                value: value.as_deref(),
+                after: after.as_deref(),
+                limit,
+                descending,
+            })?;
+            Ok(Output::Json(
+                serde_json::to_string(&entries).expect("index entries serialize"),
+            ))
+        })
+    }
+
     /// A stream's events as run (or session) events, as a JSON array; with `strict` (the replay
     /// read) refuses when a row would be dropped.
     pub fn run_events(&self, ticket: Ticket, stream_id: String, strict: bool) -> Result<()> {

@@ -43,6 +43,8 @@ fn append(run: &str, i: usize) -> AppendRequest {
         payload_json: format!("{{\"stepPath\":\"s{i}\"}}"),
         key: None,
         draft: None,
+        expected_sequence: None,
+        index: Vec::new(),
     }
 }
 
@@ -152,6 +154,8 @@ fn virtual_world_keeps_the_same_rules() {
         payload_json: "{}".into(),
         key: None,
         draft: None,
+        expected_sequence: None,
+        index: Vec::new(),
     };
     assert_eq!(world.append(2, invalid()).unwrap_err().code(), "EVENT_VALIDATION");
     // Too large to prepare here, the append goes through the prep thread: its error arrives
@@ -163,6 +167,8 @@ fn virtual_world_keeps_the_same_rules() {
         payload_json: format!("{{\"pad\":\"{}\"}}", "x".repeat(INLINE_PREP_MAX)),
         key: None,
         draft: None,
+        expected_sequence: None,
+        index: Vec::new(),
     };
     world.append(5, large_invalid).unwrap();
     // While the large one is in flight this one goes through the prep thread too; if the prep
@@ -206,6 +212,8 @@ fn call_order_holds_when_large_and_small_payloads_mix() {
             payload_json: format!("{{\"stepPath\":\"s{i}\",\"pad\":\"{pad}\"}}"),
             key: None,
             draft: None,
+            expected_sequence: None,
+            index: Vec::new(),
         };
         world.append(i, req).unwrap();
     }

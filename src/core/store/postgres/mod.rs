@@ -70,6 +70,10 @@ struct Statements {
     insert_terminals: Statement,
     put_estimates: Statement,
     update_runs: Statement,
+    index_lock: Statement,
+    index_holder: Statement,
+    put_index: Statement,
+    drop_index: Statement,
     guard: Statement,
     notify: Statement,
 }
@@ -184,8 +188,45 @@ impl Statements {
                         int_array.clone(),
                         int_array.clone(),
                         int_array.clone(),
-                        int_array,
+                        int_array.clone(),
                     ],
+                )
+                .await?,
+            index_lock: c
+                .prepare_typed("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[Type::TEXT])
+                .await?,
+            index_holder: c
+                .prepare_typed(
+                    &format!("SELECT run_id FROM {} WHERE name = $1 AND key = $2", t("index_entries")),
+                    &[Type::TEXT, Type::TEXT],
+                )
+                .await?,
+            put_index: c
+                .prepare_typed(
+                    &format!(
+                        "INSERT INTO {} (name, key, value, run_id, sequence) \
+                         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) \
+                         ON CONFLICT (name, key) DO UPDATE SET \
+                         value = excluded.value, run_id = excluded.run_id, sequence = excluded.sequence",
+                        t("index_entries")
+                    ),
+                    &[
+                        text_array.clone(),
+                        text_array.clone(),
+                        text_array.clone(),
+                        text_array.clone(),
+                        int_array.clone(),
+                    ],
+                )
+                .await?,
+            drop_index: c
+                .prepare_typed(
+                    &format!(
+                        "DELETE FROM {} AS i USING unnest($1::text[], $2::text[]) AS k(name, key) \
+                         WHERE i.name = k.name AND i.key = k.key",
+                        t("index_entries")
+                    ),
+                    &[text_array.clone(), text_array.clone()],
                 )
                 .await?,
             guard: c.prepare_typed("SELECT pg_current_xact_id()::text", &[]).await?,
@@ -387,6 +428,27 @@ impl PgWriter {
             }
             Ok(())
         };
+        // Each statement is a future of its own, so that all are sent before `COMMIT`.
+        let index_set = async {
+            if !w.index_set.0.is_empty() {
+                let s = &w.index_set;
+                c.client
+                    .execute(&c.st.put_index, &[&s.0, &s.1, &s.2, &s.3, &s.4])
+                    .await
+                    .map_err(fail("writing index entries"))?;
+            }
+            Ok(())
+        };
+        let index_removed = async {
+            if !w.index_removed.0.is_empty() {
+                let r = &w.index_removed;
+                c.client
+                    .execute(&c.st.drop_index, &[&r.0, &r.1])
+                    .await
+                    .map_err(fail("removing index entries"))?;
+            }
+            Ok(())
+        };
         let runs = async {
             if !w.runs.is_empty() {
                 let (ids, last, at, i, o, ca, rt) = w.run_columns();
@@ -409,11 +471,20 @@ impl PgWriter {
                 let _ = c.client.query(&c.st.notify, &[&channel, &notice]).await;
             }
         };
-        let (inserted, ended, estimated, counted, guarded, committed, ()) =
-            futures_util::join!(inserts, terminals, estimates, runs, guard, commit, notify);
+        let (inserted, ended, estimated, set, removed, counted, guarded, committed, ()) = futures_util::join!(
+            inserts,
+            terminals,
+            estimates,
+            index_set,
+            index_removed,
+            runs,
+            guard,
+            commit,
+            notify
+        );
         let xid = guarded.as_ref().ok().and_then(|row| row.try_get::<_, String>(0).ok());
         // The first failure is the cause; the guard's and the commit's follow from it.
-        inserted.and(ended).and(estimated).and(counted)?;
+        inserted.and(ended).and(estimated).and(set).and(removed).and(counted)?;
         match (guarded, committed) {
             (Ok(_), Ok(())) => {}
             (Err(e), _) if !e.is_closed() => return Err(db.error("committing", &e)),

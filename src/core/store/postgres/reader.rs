@@ -11,7 +11,9 @@
 use super::listen::Listener;
 use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
-use crate::core::store::{Announcer, Changes, Dense, KeyedEvent, LogReader, RowRef, StreamSummary};
+use crate::core::store::{
+    Announcer, Changes, Dense, IndexEntry, IndexQuery, KeyedEvent, LogReader, RowRef, StreamSummary,
+};
 use std::sync::{Arc, OnceLock};
 
 /// Streams listed by one look at what changed; past this, anything may have.
@@ -185,6 +187,33 @@ impl LogReader for PgReader {
             .transpose()
     }
 
+    fn index_entry(&self, index: &str, key: &str) -> Result<Option<IndexEntry>> {
+        let rows = self.query(
+            "reading an index entry",
+            &format!(
+                "SELECT name, key, value, run_id, sequence FROM {} WHERE name = $1 AND key = $2",
+                self.db.table("index_entries")
+            ),
+            &[&index, &key],
+        )?;
+        rows.first().map(index_entry).transpose()
+    }
+
+    fn index_entries(&self, q: &IndexQuery<'_>) -> Result<Vec<IndexEntry>> {
+        let (cmp, order) = if q.descending { ("<", "DESC") } else { (">", "ASC") };
+        let rows = self.query(
+            "listing index entries",
+            &format!(
+                "SELECT name, key, value, run_id, sequence FROM {} \
+                 WHERE name = $1 AND ($2::text IS NULL OR value = $2) AND ($3::text IS NULL OR key {cmp} $3) \
+                 ORDER BY key {order} LIMIT $4",
+                self.db.table("index_entries")
+            ),
+            &[&q.index, &q.value, &q.after, &(q.limit.min(i64::MAX as u64) as i64)],
+        )?;
+        rows.iter().map(index_entry).collect()
+    }
+
     /// The mark is a transaction id: every transaction at or below it has ended. The streams
     /// written by transactions past the last mark and below the oldest one still running.
     fn changes(&self, since: Option<i64>) -> Result<Changes> {
@@ -259,4 +288,14 @@ impl LogReader for PgReader {
         }
         self.db.close();
     }
+}
+
+fn index_entry(row: &tokio_postgres::Row) -> Result<IndexEntry> {
+    Ok(IndexEntry {
+        index: col(row, 0)?,
+        key: col(row, 1)?,
+        value: col(row, 2)?,
+        run_id: col(row, 3)?,
+        sequence: col::<i64>(row, 4)? as u64,
+    })
 }

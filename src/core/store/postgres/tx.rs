@@ -11,6 +11,7 @@ use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
 use crate::core::store::{KeyedEvent, LogTx, RowRef};
 use std::collections::{HashMap, HashSet};
+use tokio_postgres::types::ToSql;
 
 /// A stream's state when its lock was taken.
 pub(super) struct RunState {
@@ -30,6 +31,9 @@ pub(super) struct Known {
     pub asked_nodes: HashSet<(String, String)>,
     /// Open budget estimates by stream, then model.
     pub estimates: HashMap<String, HashMap<String, u64>>,
+    /// The stream holding each index entry read, by `(index, key)`: read under the entry's
+    /// advisory lock, held until the transaction ends.
+    pub index: HashMap<(String, String), Option<String>>,
 }
 
 impl Known {
@@ -58,7 +62,9 @@ pub(super) struct PgTx<'a> {
     /// Stream, model, amount, released.
     estimates: Vec<(String, String, u64, bool)>,
     usage: Vec<(String, [u64; 4])>,
-    mark: (usize, usize, usize, usize),
+    /// Index, key, value (`None` removes), stream, sequence.
+    index: Vec<(String, String, Option<String>, String, u64)>,
+    mark: (usize, usize, usize, usize, usize),
 }
 
 /// The columns of the group's writes, borrowed from the staged rows.
@@ -76,6 +82,10 @@ pub(super) struct Writes<'a> {
     ),
     pub terminals: (Vec<&'a str>, Vec<&'a str>, Vec<i64>, Vec<&'a str>),
     pub estimates: (Vec<&'a str>, Vec<&'a str>, Vec<i64>),
+    /// Index entries set: index, key, value, stream, sequence.
+    pub index_set: (Vec<&'a str>, Vec<&'a str>, Vec<&'a str>, Vec<&'a str>, Vec<i64>),
+    /// Index entries removed: index, key.
+    pub index_removed: (Vec<&'a str>, Vec<&'a str>),
     /// Each stream written to: its last sequence, its last `recordedAt` and its token counts.
     pub runs: Vec<(&'a str, u64, &'a str, [u64; 4])>,
 }
@@ -123,7 +133,8 @@ impl<'a> PgTx<'a> {
             terminals: Vec::new(),
             estimates: Vec::new(),
             usage: Vec::new(),
-            mark: (0, 0, 0, 0),
+            index: Vec::new(),
+            mark: (0, 0, 0, 0, 0),
         }
     }
 
@@ -174,6 +185,8 @@ impl<'a> PgTx<'a> {
             events: Default::default(),
             terminals: Default::default(),
             estimates: Default::default(),
+            index_set: Default::default(),
+            index_removed: Default::default(),
             runs: Vec::new(),
         };
         let mut runs: HashMap<&str, usize> = HashMap::new();
@@ -228,6 +241,27 @@ impl<'a> PgTx<'a> {
             w.estimates.0.push(run);
             w.estimates.1.push(model);
             w.estimates.2.push(value as i64);
+        }
+        // Each entry's last write is the one that stands.
+        let mut seen = HashSet::new();
+        for (index, key, value, run, sequence) in self.index.iter().rev() {
+            if !seen.insert((index, key)) {
+                continue;
+            }
+            match value {
+                Some(value) => {
+                    let s = &mut w.index_set;
+                    s.0.push(index);
+                    s.1.push(key);
+                    s.2.push(value);
+                    s.3.push(run);
+                    s.4.push(*sequence as i64);
+                }
+                None => {
+                    w.index_removed.0.push(index);
+                    w.index_removed.1.push(key);
+                }
+            }
         }
         w
     }
@@ -385,12 +419,50 @@ impl LogTx for PgTx<'_> {
         Ok(())
     }
 
+    fn index_holder(&mut self, index: &str, key: &str) -> Result<Option<String>> {
+        if let Some(w) = self.index.iter().rev().find(|w| w.0 == index && w.1 == key) {
+            return Ok(w.2.as_ref().map(|_| w.3.clone()));
+        }
+        let asked = (index.to_string(), key.to_string());
+        if !self.known.index.contains_key(&asked) {
+            // The entry's lock, then its row, in one round trip: the read starts after the lock
+            // is held, so it sees what an earlier holder committed.
+            let (db, conn) = (self.db, self.conn);
+            let lock_key = format!("{}\n{index}\n{key}", db.table("index_entries"));
+            let lock_params: [&(dyn ToSql + Sync); 1] = [&lock_key];
+            let holder_params: [&(dyn ToSql + Sync); 2] = [&index, &key];
+            let (locked, rows) = db.block_on(async {
+                futures_util::join!(
+                    conn.client.query(&conn.st.index_lock, &lock_params),
+                    conn.client.query(&conn.st.index_holder, &holder_params)
+                )
+            });
+            locked.map_err(|e| db.error("locking an index entry", &e))?;
+            let rows = rows.map_err(|e| db.error("reading an index entry", &e))?;
+            let holder = rows.first().map(|row| col::<String>(row, 0)).transpose()?;
+            self.known.index.insert(asked.clone(), holder);
+        }
+        Ok(self.known.index[&asked].clone())
+    }
+
+    fn put_index(&mut self, index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Result<()> {
+        self.index.push((
+            index.to_string(),
+            key.to_string(),
+            value.map(str::to_string),
+            run_id.to_string(),
+            sequence,
+        ));
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = (
             self.rows.len(),
             self.terminals.len(),
             self.estimates.len(),
             self.usage.len(),
+            self.index.len(),
         );
         Ok(())
     }
@@ -404,6 +476,7 @@ impl LogTx for PgTx<'_> {
         self.terminals.truncate(self.mark.1);
         self.estimates.truncate(self.mark.2);
         self.usage.truncate(self.mark.3);
+        self.index.truncate(self.mark.4);
         Ok(())
     }
 }

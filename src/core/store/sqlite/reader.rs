@@ -4,7 +4,7 @@ use super::connect::{connect, on, Access};
 use super::files::{beside, StoreFiles};
 use super::last_sequence;
 use crate::core::error::{Result, WorldError};
-use crate::core::store::{Changes, KeyedEvent, LogReader, RowRef, StreamSummary};
+use crate::core::store::{Changes, IndexEntry, IndexQuery, KeyedEvent, LogReader, RowRef, StreamSummary};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -213,6 +213,37 @@ impl LogReader for SqliteReader {
         self.with_conn(|conn| find_by_key(conn, run_id, key))
     }
 
+    fn index_entry(&self, index: &str, key: &str) -> Result<Option<IndexEntry>> {
+        self.with_conn(|conn| {
+            conn.prepare_cached(
+                "SELECT name, key, value, run_id, sequence FROM index_entries WHERE name = ?1 AND key = ?2",
+            )
+            .and_then(|mut s| s.query_row([index, key], index_entry).optional())
+            .map_err(|e| WorldError::sqlite("reading an index entry", e))
+        })
+    }
+
+    fn index_entries(&self, q: &IndexQuery<'_>) -> Result<Vec<IndexEntry>> {
+        // One statement per order, each walking the primary key or the value index.
+        let (cmp, order) = if q.descending { ("<", "DESC") } else { (">", "ASC") };
+        let sql = format!(
+            "SELECT name, key, value, run_id, sequence FROM index_entries
+             WHERE name = ?1 AND (?2 IS NULL OR value = ?2) AND (?3 IS NULL OR key {cmp} ?3)
+             ORDER BY key {order} LIMIT ?4"
+        );
+        self.with_conn(|conn| {
+            conn.prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_map(
+                        params![q.index, q.value, q.after, q.limit.min(i64::MAX as u64) as i64],
+                        index_entry,
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(|e| WorldError::sqlite("listing index entries", e))
+        })
+    }
+
     /// SQLite's own check, then each run's rows counted through the `(run_id, sequence)` index
     /// against a scan of the table: `quick_check` does not compare indexes with their tables, and
     /// that index is the one every read of a run goes through.
@@ -302,4 +333,14 @@ pub(super) fn find_by_key(conn: &Connection, run_id: &str, key: &str) -> Result<
         .optional()
     })
     .map_err(|e| WorldError::sqlite("looking up an idempotency key", e))
+}
+
+fn index_entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<IndexEntry> {
+    Ok(IndexEntry {
+        index: r.get(0)?,
+        key: r.get(1)?,
+        value: r.get(2)?,
+        run_id: r.get(3)?,
+        sequence: r.get::<_, i64>(4)? as u64,
+    })
 }

@@ -445,6 +445,33 @@ impl LogTx for SqliteTx<'_> {
             .map_err(|e| WorldError::sqlite("adding to a run's token counts", e))
     }
 
+    fn index_holder(&mut self, index: &str, key: &str) -> Result<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT run_id FROM index_entries WHERE name = ?1 AND key = ?2")
+            .and_then(|mut s| s.query_row(params![index, key], |r| r.get::<_, String>(0)).optional())
+            .map_err(|e| WorldError::sqlite("reading an index entry", e))
+    }
+
+    fn put_index(&mut self, index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Result<()> {
+        let written = match value {
+            Some(value) => self
+                .conn
+                .prepare_cached(
+                    "INSERT INTO index_entries (name, key, value, run_id, sequence) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (name, key) DO UPDATE SET
+                        value = excluded.value, run_id = excluded.run_id, sequence = excluded.sequence",
+                )
+                .and_then(|mut s| s.execute(params![index, key, value, run_id, sequence as i64])),
+            None => self
+                .conn
+                .prepare_cached("DELETE FROM index_entries WHERE name = ?1 AND key = ?2")
+                .and_then(|mut s| s.execute(params![index, key])),
+        };
+        written
+            .map(|_| ())
+            .map_err(|e| WorldError::sqlite("writing an index entry", e))
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = self.staged.len();
         self.exec("SAVEPOINT append", "opening a savepoint")
