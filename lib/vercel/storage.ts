@@ -1,0 +1,182 @@
+// The SDK's Storage over our logs: reads fold the run's log (kept folded per process); cross-run
+// reads go through the indexes committed with the events.
+import type { Hook, Step, Storage, WorkflowRun } from '@workflow/world';
+import { HookNotFoundError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
+import { createEvent, findEvent, INDEX, pageOf, RunCache, strip, type ResolveData, type RunState, type SdkEvent } from './runs.js';
+import { allIndexEntries, listIndexEntries, lookupIndexEntry, type World } from './store.js';
+
+type Pagination = { limit?: number; cursor?: string; sortOrder?: 'asc' | 'desc' };
+
+// Each entity is handed out as a copy (see `strip`): the run cache's own objects stay as stored.
+
+function withoutRunData(run: WorkflowRun, resolveData: ResolveData | undefined): WorkflowRun {
+  return structuredClone(resolveData === 'none' ? ({ ...run, input: undefined, output: undefined } as WorkflowRun) : run);
+}
+
+function withoutStepData(step: Step, resolveData: ResolveData | undefined): Step {
+  return structuredClone(resolveData === 'none' ? { ...step, input: undefined, output: undefined } : step);
+}
+
+function withoutHookData(hook: Hook, resolveData: ResolveData | undefined): Hook {
+  if (resolveData !== 'none') return structuredClone(hook);
+  const { metadata: _metadata, ...rest } = hook;
+  return structuredClone(rest) as Hook;
+}
+
+function limitOf(p: Pagination | undefined, dflt: number): number {
+  const n = p?.limit ?? dflt;
+  return Math.min(Math.max(Math.floor(n), 1), 1000);
+}
+
+/** A page of `items` (sorted ascending by `id`) after a cursor (an id). */
+function pageById<T>(items: T[], id: (t: T) => string, p: Pagination | undefined, dflt: 'asc' | 'desc') {
+  const order = p?.sortOrder ?? dflt;
+  const sorted = [...items].sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
+  if (order === 'desc') sorted.reverse();
+  const cursor = p?.cursor;
+  const rest = cursor === undefined ? sorted : sorted.filter((t) => (order === 'asc' ? id(t) > cursor : id(t) < cursor));
+  const n = limitOf(p, 100);
+  const data = rest.slice(0, n);
+  const hasMore = rest.length > n;
+  return { data, cursor: hasMore && data.length > 0 ? id(data[data.length - 1]) : null, hasMore };
+}
+
+export function createStorage(world: World, cache: RunCache): Storage {
+  async function stateOf(sdkRunId: string): Promise<RunState & { run: WorkflowRun }> {
+    const state = await cache.inTurn(sdkRunId, () => cache.refresh(sdkRunId));
+    if (state.run === undefined) throw new WorkflowRunNotFoundError(sdkRunId);
+    return state as RunState & { run: WorkflowRun };
+  }
+
+  /** The live hook with `hookId` found through the index, or undefined. */
+  async function liveHook(hookId: string): Promise<Hook | undefined> {
+    const entries = await listIndexEntries(world, INDEX.hook, { value: hookId, limit: 10 });
+    for (const entry of entries) {
+      const sdkRunId = entry.key.slice(0, entry.key.length - hookId.length - 1);
+      const state = await stateOf(sdkRunId).catch(() => undefined);
+      const h = state?.hooks.get(hookId);
+      if (h?.live) return h.hook;
+    }
+    return undefined;
+  }
+
+  const runs = {
+    async get(id: string, params?: { resolveData?: ResolveData }) {
+      const state = await stateOf(id);
+      return withoutRunData(state.run, params?.resolveData);
+    },
+    async list(params?: { workflowName?: string; status?: string; pagination?: Pagination; resolveData?: ResolveData }) {
+      const order = params?.pagination?.sortOrder ?? 'desc';
+      const limit = limitOf(params?.pagination, 200);
+      // One index answers the listing; the other filter (when both are given) is checked on the run.
+      const byStatus = params?.status !== undefined || params?.workflowName === undefined;
+      const index = byStatus ? INDEX.runStatus : INDEX.runName;
+      const value = byStatus ? params?.status : params?.workflowName;
+      const data: WorkflowRun[] = [];
+      let after = params?.pagination?.cursor;
+      let hasMore = false;
+      outer: for (;;) {
+        const page = await listIndexEntries(world, index, { value, after, limit: limit + 1, order });
+        for (const entry of page) {
+          const state = await stateOf(entry.key).catch(() => undefined);
+          after = entry.key;
+          if (state === undefined) continue;
+          if (params?.workflowName !== undefined && state.run.workflowName !== params.workflowName) continue;
+          if (params?.status !== undefined && state.run.status !== params.status) continue;
+          if (data.length === limit) {
+            hasMore = true;
+            break outer;
+          }
+          data.push(withoutRunData(state.run, params?.resolveData));
+        }
+        if (page.length < limit + 1) break;
+      }
+      return { data, cursor: hasMore && data.length > 0 ? data[data.length - 1].runId : null, hasMore };
+    },
+  };
+
+  const steps = {
+    async get(runId: string, stepId: string, params?: { resolveData?: ResolveData }) {
+      const state = await stateOf(runId);
+      const step = state.steps.get(stepId);
+      if (step === undefined) throw new WorkflowWorldError(`Step ${stepId} in run ${runId} not found`, { status: 404 });
+      return withoutStepData(step, params?.resolveData);
+    },
+    async list(params: { runId: string; pagination?: Pagination; resolveData?: ResolveData }) {
+      const state = await stateOf(params.runId);
+      const page = pageById([...state.steps.values()], (s) => s.stepId, params.pagination, 'desc');
+      return { ...page, data: page.data.map((s) => withoutStepData(s, params.resolveData)) };
+    },
+  };
+
+  const events = {
+    create: (runId: string | null, data: unknown, params?: unknown) =>
+      createEvent(cache, world, runId, data as Parameters<typeof createEvent>[3], params as Parameters<typeof createEvent>[4]),
+    async get(runId: string, eventId: string, params?: { resolveData?: ResolveData }) {
+      const state = await stateOf(runId);
+      const e = findEvent(state, eventId);
+      if (e === undefined) throw new WorkflowWorldError(`Event ${eventId} in run ${runId} not found`, { status: 404 });
+      return strip(e, params?.resolveData);
+    },
+    async list(params: { runId: string; pagination?: Pagination; resolveData?: ResolveData }) {
+      const state = await stateOf(params.runId);
+      const p = params.pagination;
+      return pageOf(state.events, p?.cursor, p?.limit ?? 1000, p?.sortOrder ?? 'asc', params.resolveData);
+    },
+    async listByCorrelationId(params: { correlationId: string; pagination?: Pagination; resolveData?: ResolveData }) {
+      const cid = params.correlationId;
+      const found: SdkEvent[] = [];
+      for (const entry of await allIndexEntries(world, INDEX.correlation, cid)) {
+        const sdkRunId = entry.key.slice(0, entry.key.length - cid.length - 1);
+        const state = await stateOf(sdkRunId).catch(() => undefined);
+        if (state !== undefined) for (const e of state.events) if (e.correlationId === cid) found.push(e);
+      }
+      // Across runs: by time, then by run and position.
+      found.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : a.eventId < b.eventId ? -1 : 1));
+      const p = params.pagination;
+      const order = p?.sortOrder ?? 'asc';
+      const all = order === 'asc' ? found : found.reverse();
+      const start = p?.cursor !== undefined ? Number(p.cursor) : 0;
+      const n = limitOf(p, 100);
+      const data = all.slice(start, start + n).map((e) => strip(e, params.resolveData));
+      const hasMore = start + n < all.length;
+      return { data, cursor: hasMore ? String(start + n) : null, hasMore };
+    },
+  };
+
+  const hooks = {
+    async get(hookId: string, params?: { resolveData?: ResolveData }) {
+      const hook = await liveHook(hookId);
+      if (hook === undefined) throw new HookNotFoundError(hookId);
+      return withoutHookData(hook, params?.resolveData);
+    },
+    async getByToken(token: string, params?: { resolveData?: ResolveData }) {
+      const entry = await lookupIndexEntry(world, INDEX.hookToken, token);
+      if (entry !== undefined && entry.runId.startsWith('run_')) {
+        const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
+        const h = state?.hooks.get(entry.value);
+        if (h?.live && h.hook.token === token) return withoutHookData(h.hook, params?.resolveData);
+      }
+      throw new HookNotFoundError(token);
+    },
+    async list(params: { runId?: string; pagination?: Pagination; resolveData?: ResolveData }) {
+      let found: Hook[];
+      if (params.runId !== undefined) {
+        const state = await stateOf(params.runId);
+        found = [...state.hooks.values()].filter((h) => h.live).map((h) => h.hook);
+      } else {
+        found = [];
+        for (const entry of await allIndexEntries(world, INDEX.hookToken)) {
+          if (!entry.runId.startsWith('run_')) continue;
+          const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
+          const h = state?.hooks.get(entry.value);
+          if (h?.live) found.push(h.hook);
+        }
+      }
+      const page = pageById(found, (h) => h.hookId, params.pagination, 'asc');
+      return { ...page, data: page.data.map((h) => withoutHookData(h, params.resolveData)) };
+    },
+  };
+
+  return { runs, steps, events, hooks } as unknown as Storage;
+}

@@ -1,0 +1,138 @@
+// The calls the Vercel adapter makes into this package, and the JSON form of SDK values in our
+// payloads: bytes inline as base64 (or as an artifact when large), dates as ISO strings.
+import { listIndexEntries, readArtifact, writeArtifact, type EventEnvelope, type IndexEntry, type IndexWrite, type RunLock, type World } from '../../world.js';
+
+export type { EventEnvelope, IndexEntry, IndexWrite, RunLock, World };
+export { acquireRunLock, appendEvent as append, listEvents, listIndexEntries, localWorld, lookupIndexEntry, subscribe } from '../../world.js';
+
+/** Every entry of an index (with `value`, only those), a page at a time. */
+export async function allIndexEntries(world: World, index: string, value?: string): Promise<IndexEntry[]> {
+  const out: IndexEntry[] = [];
+  let after: string | undefined;
+  for (;;) {
+    const page = await listIndexEntries(world, index, { value, after, limit: 1000, order: 'asc' });
+    out.push(...page);
+    if (page.length < 1000) return out;
+    after = page[page.length - 1].key;
+  }
+}
+
+/** Whether `err` is the rejection of an append whose `expectedSequence` was not the run's last. */
+export function isSequenceConflict(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === 'EVENT_SEQUENCE_CONFLICT';
+}
+
+/** Whether `err` is the rejection of an index write to an entry another run holds; its holder. */
+export function indexConflictHolder(err: unknown): { holderRunId?: string } | undefined {
+  const e = err as { code?: unknown; details?: Record<string, unknown> } | null;
+  if (e?.code !== 'INDEX_ENTRY_CONFLICT') return undefined;
+  const holder = e.details?.holderRunId;
+  return { holderRunId: typeof holder === 'string' ? holder : undefined };
+}
+
+/** Binary values at least this long are stored as artifacts rather than inline. */
+export const INLINE_BYTES_MAX = 64 * 1024;
+
+const MARKERS = new Set(['$bytes', '$artifact', '$date', '$esc']);
+
+/** Where encoded values that become artifacts are filed. */
+export type ArtifactHome = { world: World; runId: string; name: string };
+
+/**
+ * `value` as plain JSON: a Uint8Array becomes `{"$bytes": base64}` (or `{"$artifact": ref}` when
+ * large), a Date `{"$date": iso}`, an `undefined` field is left out (`null` in an array), and an
+ * object that could be read as one of these is wrapped in `{"$esc": …}`.
+ */
+export async function encode(value: unknown, home: ArtifactHome): Promise<unknown> {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') return value;
+  if (value === undefined) return null;
+  if (value instanceof Uint8Array) {
+    if (value.byteLength < INLINE_BYTES_MAX) return { $bytes: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') };
+    const manifest = await writeArtifact(home.world, {
+      runId: home.runId,
+      stepPath: 'workflow',
+      name: home.name,
+      contentType: 'application/octet-stream',
+      encoding: 'bytes',
+      payload: value,
+    });
+    return { $artifact: manifest.artifactRef };
+  }
+  if (value instanceof Date) return { $date: value.toISOString() };
+  if (Array.isArray(value)) {
+    const out: unknown[] = [];
+    for (const v of value) out.push(await encode(v, home));
+    return out;
+  }
+  if (typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+      if (v === undefined) continue;
+      out[k] = await encode(v, home);
+    }
+    const keys = Object.keys(out);
+    return keys.length === 1 && MARKERS.has(keys[0]) ? { $esc: out } : out;
+  }
+  throw new TypeError(`cannot store a ${typeof value}`);
+}
+
+/** Whether an encoded value holds an artifact reference (and so needs the world to decode). */
+function holdsArtifact(value: unknown): boolean {
+  if (value === null || typeof value !== 'object') return false;
+  if (Array.isArray(value)) return value.some(holdsArtifact);
+  const o = value as Record<string, unknown>;
+  if (typeof o.$artifact === 'string' && Object.keys(o).length === 1) return true;
+  return Object.values(o).some(holdsArtifact);
+}
+
+/** The value {@link encode} was given (artifacts read and verified from `world`). */
+export async function decode(value: unknown, world: World): Promise<unknown> {
+  if (!holdsArtifact(value)) return decodeSync(value, undefined);
+  const blobs = new Map<string, Uint8Array>();
+  await collectArtifacts(value, world, blobs);
+  return decodeSync(value, blobs);
+}
+
+async function collectArtifacts(value: unknown, world: World, blobs: Map<string, Uint8Array>): Promise<void> {
+  if (value === null || typeof value !== 'object') return;
+  if (Array.isArray(value)) {
+    for (const v of value) await collectArtifacts(v, world, blobs);
+    return;
+  }
+  const o = value as Record<string, unknown>;
+  if (typeof o.$artifact === 'string' && Object.keys(o).length === 1) {
+    if (!blobs.has(o.$artifact)) {
+      const { payload } = await readArtifact(world, o.$artifact);
+      blobs.set(o.$artifact, Uint8Array.from(payload as Buffer));
+    }
+    return;
+  }
+  for (const v of Object.values(o)) await collectArtifacts(v, world, blobs);
+}
+
+/** {@link decode} of a value whose artifacts (if any) are already read into `blobs`. */
+export function decodeSync(value: unknown, blobs: Map<string, Uint8Array> | undefined): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((v) => decodeSync(v, blobs));
+  const o = value as Record<string, unknown>;
+  const keys = Object.keys(o);
+  if (keys.length === 1) {
+    const k = keys[0];
+    if (k === '$bytes' && typeof o.$bytes === 'string') return Uint8Array.from(Buffer.from(o.$bytes, 'base64'));
+    if (k === '$date' && typeof o.$date === 'string') return new Date(o.$date);
+    if (k === '$artifact' && typeof o.$artifact === 'string') {
+      const blob = blobs?.get(o.$artifact);
+      if (blob === undefined) throw new Error(`artifact ${o.$artifact} was not read`);
+      return Uint8Array.from(blob);
+    }
+    if (k === '$esc' && o.$esc !== null && typeof o.$esc === 'object') {
+      const inner = o.$esc as Record<string, unknown>;
+      const out: Record<string, unknown> = {};
+      for (const [ik, iv] of Object.entries(inner)) out[ik] = decodeSync(iv, blobs);
+      return out;
+    }
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) out[k] = decodeSync(v, blobs);
+  return out;
+}

@@ -1,0 +1,123 @@
+// The SDK's streams: each stream an event log of its own (`run_ws_…`), a chunk per event, then a
+// closing event. Chunk i is the event of sequence i + 1. Readers follow the log live through
+// `subscribe`, so they never list it again; the streams of a run are found through an index.
+import { createHash } from 'node:crypto';
+import type { Streamer } from '@workflow/world';
+import { allIndexEntries, append, decode, encode, listEvents, subscribe, type EventEnvelope, type World } from './store.js';
+
+export const STREAM_INDEX = 'workflow.stream';
+
+const CHUNK = 'workflow.stream.chunk';
+const CLOSED = 'workflow.stream.closed';
+
+/** The log of a run's stream. */
+export function streamLog(runId: string, name: string): string {
+  return `run_ws_${createHash('sha256').update(`${runId}\n${name}`).digest('hex').slice(0, 32)}`;
+}
+
+function bytesOf(chunk: string | Uint8Array): Uint8Array {
+  return typeof chunk === 'string' ? new TextEncoder().encode(chunk) : chunk;
+}
+
+export function createStreamer(world: World): Streamer['streams'] {
+  /** Streams this process has indexed already. */
+  const indexed = new Set<string>();
+
+  async function write(runIdArg: string | Promise<string>, name: string, chunk: string | Uint8Array): Promise<void> {
+    const runId = await runIdArg;
+    const log = streamLog(runId, name);
+    const data = await encode(bytesOf(chunk), { world, runId: log, name: 'chunk' });
+    const key = `${runId}\n${name}`;
+    const index = indexed.has(key) ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
+    await append(world, log, { type: CHUNK, payload: { data }, index });
+    indexed.add(key);
+  }
+
+  async function chunkOf(env: EventEnvelope): Promise<Uint8Array> {
+    return (await decode(env.payload.data, world)) as Uint8Array;
+  }
+
+  /** The stream's chunk count and whether it is closed, from its log. */
+  async function infoOf(log: string): Promise<{ chunks: number; done: boolean }> {
+    const events = await listEvents(world, log);
+    let chunks = 0;
+    for (const e of events) {
+      if (e.type === CLOSED) return { chunks, done: true };
+      if (e.type === CHUNK) chunks++;
+    }
+    return { chunks, done: false };
+  }
+
+  return {
+    write,
+    async writeMulti(runId: string, name: string, chunks: (string | Uint8Array)[]) {
+      for (const c of chunks) await write(runId, name, c);
+    },
+    async close(runIdArg: string, name: string) {
+      const runId = await runIdArg;
+      const key = `${runId}\n${name}`;
+      const index = indexed.has(key) ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
+      await append(world, streamLog(runId, name), { type: CLOSED, payload: {}, index });
+      indexed.add(key);
+    },
+    async get(runIdArg: string, name: string, startIndex = 0) {
+      const runId = await runIdArg;
+      const log = streamLog(runId, name);
+      let start = startIndex;
+      if (start < 0) start = Math.max(0, (await infoOf(log)).chunks + start);
+      const abort = new AbortController();
+      const events = subscribe(world, log, { afterSequence: start, signal: abort.signal });
+      return new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          for (;;) {
+            const next = await events.next();
+            if (next.done || next.value.type === CLOSED) {
+              abort.abort();
+              controller.close();
+              return;
+            }
+            if (next.value.type !== CHUNK) continue;
+            controller.enqueue(await chunkOf(next.value));
+            return;
+          }
+        },
+        cancel() {
+          abort.abort();
+        },
+      });
+    },
+    async list(runId: string) {
+      const entries = await allIndexEntries(world, STREAM_INDEX, runId);
+      return entries.map((e) => e.key.slice(runId.length + 1));
+    },
+    async getChunks(runIdArg: string, name: string, options?: { limit?: number; cursor?: string }) {
+      const runId = await runIdArg;
+      const log = streamLog(runId, name);
+      const limit = Math.min(Math.max(options?.limit ?? 100, 1), 1000);
+      const after = options?.cursor !== undefined ? Number(options.cursor) || 0 : 0;
+      const events = await listEvents(world, log, { afterSequence: after, limit: limit + 1 });
+      const data: { index: number; data: Uint8Array }[] = [];
+      let done = false;
+      let hasMore = false;
+      for (const e of events) {
+        if (e.type === CLOSED) {
+          done = true;
+          break;
+        }
+        if (e.type !== CHUNK) continue;
+        if (data.length === limit) {
+          hasMore = true;
+          break;
+        }
+        data.push({ index: e.sequence - 1, data: await chunkOf(e) });
+      }
+      const last = data[data.length - 1];
+      return { data, cursor: hasMore && last ? String(last.index + 1) : null, hasMore, done };
+    },
+    async getInfo(runIdArg: string, name: string) {
+      const runId = await runIdArg;
+      const { chunks, done } = await infoOf(streamLog(runId, name));
+      return { tailIndex: chunks - 1, done };
+    },
+  };
+}

@@ -1,0 +1,64 @@
+/**
+ * @little-workflow/world/vercel: a World for the Vercel Workflow SDK (`@workflow/world` 5) over
+ * this package's durable event store.
+ *
+ * One SDK run is one event log (`run_` + the SDK run id), each SDK event one envelope of type
+ * `workflow.<eventType>`; every transition is checked against the state the log folds to and
+ * committed only if no other writer appended since, so processes sharing a world never write a
+ * duplicate or out-of-order event. Runs, hooks and correlation ids are found across runs through
+ * indexes committed with the events. The queue and the streams are event logs too.
+ */
+import type { World as SdkWorld } from '@workflow/world';
+import { DurableQueue } from './lib/vercel/queue.js';
+import { RunCache, SPEC_VERSION } from './lib/vercel/runs.js';
+import { createStorage } from './lib/vercel/storage.js';
+import { localWorld, type World } from './lib/vercel/store.js';
+import { createStreamer } from './lib/vercel/streams.js';
+
+/** Options of {@link createWorld}. */
+export type VercelWorldOptions = {
+  /** A world of this package to store in (closed by the caller, not by `close()`). */
+  world?: World;
+  /**
+   * The data directory of a local world opened (and closed) by this World. Default:
+   * `WORKFLOW_LITTLE_DATA_DIR`, else `localWorld()`'s default (`./.little-workflow`).
+   */
+  dataDir?: string;
+  /** Where the app's workflow routes are; default `WORKFLOW_LOCAL_BASE_URL`, else `http://localhost:$PORT`. */
+  baseUrl?: string;
+  port?: number;
+};
+
+/** A World of the Workflow SDK, with an in-process handler hook as world-local has. */
+export type VercelWorld = SdkWorld & {
+  registerHandler(prefix: string, handler: (req: Request) => Promise<Response>): void;
+};
+
+/** A World of the Workflow SDK storing in a world of this package. */
+export function createWorld(options: VercelWorldOptions = {}): VercelWorld {
+  const owned = options.world === undefined;
+  const dataDir = options.dataDir ?? process.env.WORKFLOW_LITTLE_DATA_DIR;
+  const world = options.world ?? localWorld(dataDir ? { dataDir } : undefined);
+  const cache = new RunCache(world);
+  const queue = new DurableQueue(world, { baseUrl: options.baseUrl, port: options.port }, 'dpl_little-workflow');
+  const storage = createStorage(world, cache);
+  let closing: Promise<void> | undefined;
+  return {
+    specVersion: SPEC_VERSION,
+    processExitTriggersQueueRedelivery: false,
+    ...storage,
+    streams: createStreamer(world),
+    getDeploymentId: queue.getDeploymentId,
+    queue: queue.queue,
+    createQueueHandler: queue.createQueueHandler,
+    registerHandler: (prefix, handler) => queue.registerHandler(prefix, handler),
+    start: () => queue.start(),
+    close: () =>
+      (closing ??= (async () => {
+        await queue.close();
+        if (owned) await world.close();
+      })()),
+  } as VercelWorld;
+}
+
+export default createWorld;
