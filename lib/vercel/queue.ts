@@ -6,7 +6,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { MessageId, Queue, QueuePayload, QueuePrefix, ValidQueueName } from '@workflow/world';
 import { ulid } from './ids.js';
-import { acquireRunLock, allIndexEntries, append, decode, encode, indexConflictHolder, isSequenceConflict, listEvents, lookupIndexEntry, type RunLock, type World } from './store.js';
+import { acquireRunLock, allIndexEntries, append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, lookupIndexEntry, type RunLock, type World } from './store.js';
 
 export const QUEUE_INDEX = {
   pending: 'workflow.queue.pending',
@@ -125,6 +125,8 @@ export class DurableQueue {
   private readonly direct = new Map<string, (req: Request) => Promise<Response>>();
   private sweeper: NodeJS.Timeout | undefined;
   private closed = false;
+  /** Deliveries under way, which `close()` lets finish and record their outcome. */
+  private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
     private readonly world: World,
@@ -139,7 +141,7 @@ export class DurableQueue {
     if (!m) throw new Error(`Invalid queue name: ${queueName}`);
     const key = opts?.idempotencyKey;
     if (key !== undefined) {
-      const held = await lookupIndexEntry(this.world, QUEUE_INDEX.idempotency, key);
+      const held = await lookupIndexEntry(this.world, QUEUE_INDEX.idempotency, indexText(key));
       if (held !== undefined) return { messageId: held.value as MessageId };
     }
     const messageId = `msg_${ulid()}`;
@@ -147,7 +149,7 @@ export class DurableQueue {
     const body = await encode(message, { world: this.world, runId: log, name: 'body' });
     const deliverAt = Date.now() + Math.max(0, (opts?.delaySeconds ?? 0) * 1000);
     const index: { index: string; key: string; value: string }[] = [{ index: QUEUE_INDEX.pending, key: messageId, value: queueName }];
-    if (key !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key, value: messageId });
+    if (key !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key: indexText(key), value: messageId });
     try {
       await append(this.world, log, {
         type: T.enqueued,
@@ -158,7 +160,7 @@ export class DurableQueue {
     } catch (err) {
       // Another enqueue holds the key: that message is this one.
       if (key !== undefined && indexConflictHolder(err) !== undefined) {
-        const held = await lookupIndexEntry(this.world, QUEUE_INDEX.idempotency, key);
+        const held = await lookupIndexEntry(this.world, QUEUE_INDEX.idempotency, indexText(key));
         if (held !== undefined) return { messageId: held.value as MessageId };
       }
       throw err;
@@ -206,6 +208,7 @@ export class DurableQueue {
     if (this.sweeper !== undefined) clearInterval(this.sweeper);
     for (const t of this.scheduled.values()) if (t !== 'delivering') clearTimeout(t);
     this.scheduled.clear();
+    await Promise.allSettled([...this.inFlight]);
   }
 
   private async sweep(): Promise<void> {
@@ -223,7 +226,7 @@ export class DurableQueue {
     const delay = Math.min(Math.max(0, at - Date.now()), MAX_TIMER_MS);
     const timer = setTimeout(() => {
       this.scheduled.set(messageId, 'delivering');
-      this.attempt(messageId).then(
+      const delivery = this.attempt(messageId).then(
         (next) => {
           this.scheduled.delete(messageId);
           if (next !== undefined) this.schedule(messageId, next);
@@ -235,6 +238,8 @@ export class DurableQueue {
           this.schedule(messageId, Date.now() + TRANSPORT_RETRY_MS);
         },
       );
+      this.inFlight.add(delivery);
+      void delivery.finally(() => this.inFlight.delete(delivery));
     }, delay);
     this.scheduled.set(messageId, timer);
   }
@@ -276,7 +281,7 @@ export class DurableQueue {
           return deliverAt;
         }
         const index: { index: string; key: string; value: null }[] = [{ index: QUEUE_INDEX.pending, key: messageId, value: null }];
-        if (state.idempotencyKey !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key: state.idempotencyKey, value: null });
+        if (state.idempotencyKey !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key: indexText(state.idempotencyKey), value: null });
         await this.record(log, state, { type: T.delivered, payload: { attempt }, index });
         return undefined;
       }

@@ -4,7 +4,7 @@
 import type { Event, EventResult, Hook, Step, Wait, WorkflowRun } from '@workflow/world';
 import { EntityConflictError, HookNotFoundError, RunExpiredError, RunNotSupportedError, TooEarlyError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
 import { eventIdOf, logOfRun, parseEventId, ulid } from './ids.js';
-import { append, decode, encode, indexConflictHolder, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
+import { append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
 
 /** The spec version this world implements (`SPEC_VERSION_CURRENT` of `@workflow/world` 5). */
 export const SPEC_VERSION = 5;
@@ -372,14 +372,14 @@ export function pageOf(events: readonly SdkEvent[], cursor: string | undefined, 
 function statusIndex(sdkRunId: string, state: RunState, status: string): IndexWrite[] {
   const writes: IndexWrite[] = [{ index: INDEX.runStatus, key: sdkRunId, value: status }];
   if (TERMINAL_RUN.has(status)) {
-    for (const h of state.hooks.values()) if (h.live) writes.push({ index: INDEX.hookToken, key: h.hook.token, value: null });
+    for (const h of state.hooks.values()) if (h.live) writes.push({ index: INDEX.hookToken, key: indexText(h.hook.token), value: null });
   }
   return writes;
 }
 
 function correlationIndex(sdkRunId: string, state: RunState, cid: string | undefined): IndexWrite[] {
   if (cid === undefined || state.correlations.has(cid)) return [];
-  return [{ index: INDEX.correlation, key: `${sdkRunId}\n${cid}`, value: cid }];
+  return [{ index: INDEX.correlation, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) }];
 }
 
 /** `events.create`: check the event against the run's state and append it. */
@@ -393,7 +393,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
   const specVersion = data.specVersion ?? SPEC_VERSION;
   const req: EventRequest = { ...data, specVersion };
   const cid = data.correlationId;
-  if (cid !== undefined && (typeof cid !== 'string' || cid.length === 0 || cid.length > 900 || cid.includes('\0'))) {
+  if (cid !== undefined && (typeof cid !== 'string' || cid.length === 0)) {
     throw new WorkflowWorldError(`invalid correlationId ${JSON.stringify(cid)}`, { status: 400 });
   }
   const type = `${TYPE_PREFIX}${eventType}`;
@@ -413,7 +413,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
       const d = req.eventData ?? {};
       return plain([
         { index: INDEX.runStatus, key: sdkRunId, value: 'pending' },
-        { index: INDEX.runName, key: sdkRunId, value: String(d.workflowName) },
+        { index: INDEX.runName, key: sdkRunId, value: indexText(String(d.workflowName)) },
       ]);
     }
 
@@ -451,11 +451,11 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
 
     switch (eventType) {
       case 'run_started': {
-        if (run?.status === 'running') return { kind: 'done', value: { run } as EventResult };
+        if (run?.status === 'running') return { kind: 'done', value: { run: structuredClone(run) } as EventResult };
         const index = created
           ? [
               { index: INDEX.runStatus, key: sdkRunId, value: 'running' },
-              { index: INDEX.runName, key: sdkRunId, value: String(d.workflowName) },
+              { index: INDEX.runName, key: sdkRunId, value: indexText(String(d.workflowName)) },
             ]
           : statusIndex(sdkRunId, state, 'running');
         // The run's input belongs on run_created only.
@@ -547,8 +547,8 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
         if (cid === undefined) throw new WorkflowWorldError('hook_created needs a correlationId', { status: 400 });
         if (state.hooks.has(cid)) throw new EntityConflictError(`Hook "${cid}" already created`);
         const token = d.token;
-        if (typeof token !== 'string' || token.length === 0 || token.length > 1024 || token.includes('\0')) {
-          throw new WorkflowWorldError('hook_created needs a token of 1 to 1024 characters, without NUL', { status: 400 });
+        if (typeof token !== 'string' || token.length === 0) {
+          throw new WorkflowWorldError('hook_created needs a token: a non-empty string', { status: 400 });
         }
         const conflict = async (holderRunId: string | undefined): Promise<Commit<EventResult>> => ({
           type: `${TYPE_PREFIX}hook_conflict`,
@@ -567,8 +567,8 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
         }
         return {
           ...(await plain([
-            { index: INDEX.hookToken, key: token, value: cid },
-            { index: INDEX.hook, key: `${sdkRunId}\n${cid}`, value: cid },
+            { index: INDEX.hookToken, key: indexText(token), value: indexText(cid) },
+            { index: INDEX.hook, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) },
           ])),
           onIndexConflict: async (holder) => conflict(holder?.startsWith('run_') ? holder.slice(4) : holder),
         };
@@ -577,7 +577,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
       case 'hook_disposed': {
         const h = cid === undefined ? undefined : state.hooks.get(cid);
         if (h === undefined || !h.live) throw new HookNotFoundError(cid ?? '');
-        if (eventType === 'hook_disposed') return plain([{ index: INDEX.hookToken, key: h.hook.token, value: null }]);
+        if (eventType === 'hook_disposed') return plain([{ index: INDEX.hookToken, key: indexText(h.hook.token), value: null }]);
         return plain();
       }
       case 'wait_created':
@@ -586,7 +586,8 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
         return plain();
       case 'wait_completed': {
         const w = cid === undefined ? undefined : state.waits.get(cid);
-        if (w === undefined) throw new WorkflowWorldError(`Wait "${cid}" not found`, { status: 404 });
+        // A run's waits end with it, as the SDK's local world deletes them.
+        if (w === undefined || TERMINAL_RUN.has(run?.status ?? '')) throw new WorkflowWorldError(`Wait "${cid}" not found`, { status: 404 });
         if (w.status === 'completed') throw new EntityConflictError(`Wait "${cid}" already completed`);
         return plain();
       }

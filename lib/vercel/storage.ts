@@ -3,7 +3,7 @@
 import type { Hook, Step, Storage, WorkflowRun } from '@workflow/world';
 import { HookNotFoundError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
 import { createEvent, findEvent, INDEX, pageOf, RunCache, strip, type ResolveData, type RunState, type SdkEvent } from './runs.js';
-import { allIndexEntries, listIndexEntries, lookupIndexEntry, type World } from './store.js';
+import { allIndexEntries, indexText, listIndexEntries, lookupIndexEntry, type World } from './store.js';
 
 type Pagination = { limit?: number; cursor?: string; sortOrder?: 'asc' | 'desc' };
 
@@ -50,10 +50,9 @@ export function createStorage(world: World, cache: RunCache): Storage {
 
   /** The live hook with `hookId` found through the index, or undefined. */
   async function liveHook(hookId: string): Promise<Hook | undefined> {
-    const entries = await listIndexEntries(world, INDEX.hook, { value: hookId, limit: 10 });
+    const entries = await listIndexEntries(world, INDEX.hook, { value: indexText(hookId), limit: 10 });
     for (const entry of entries) {
-      const sdkRunId = entry.key.slice(0, entry.key.length - hookId.length - 1);
-      const state = await stateOf(sdkRunId).catch(() => undefined);
+      const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
       const h = state?.hooks.get(hookId);
       if (h?.live) return h.hook;
     }
@@ -71,7 +70,7 @@ export function createStorage(world: World, cache: RunCache): Storage {
       // One index answers the listing; the other filter (when both are given) is checked on the run.
       const byStatus = params?.status !== undefined || params?.workflowName === undefined;
       const index = byStatus ? INDEX.runStatus : INDEX.runName;
-      const value = byStatus ? params?.status : params?.workflowName;
+      const value = byStatus ? params?.status : indexText(params?.workflowName as string);
       const data: WorkflowRun[] = [];
       let after = params?.pagination?.cursor;
       let hasMore = false;
@@ -126,9 +125,8 @@ export function createStorage(world: World, cache: RunCache): Storage {
     async listByCorrelationId(params: { correlationId: string; pagination?: Pagination; resolveData?: ResolveData }) {
       const cid = params.correlationId;
       const found: SdkEvent[] = [];
-      for (const entry of await allIndexEntries(world, INDEX.correlation, cid)) {
-        const sdkRunId = entry.key.slice(0, entry.key.length - cid.length - 1);
-        const state = await stateOf(sdkRunId).catch(() => undefined);
+      for (const entry of await allIndexEntries(world, INDEX.correlation, indexText(cid))) {
+        const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
         if (state !== undefined) for (const e of state.events) if (e.correlationId === cid) found.push(e);
       }
       // Across runs: by time, then by run and position.
@@ -151,11 +149,12 @@ export function createStorage(world: World, cache: RunCache): Storage {
       return withoutHookData(hook, params?.resolveData);
     },
     async getByToken(token: string, params?: { resolveData?: ResolveData }) {
-      const entry = await lookupIndexEntry(world, INDEX.hookToken, token);
+      const entry = typeof token === 'string' && token.length > 0 ? await lookupIndexEntry(world, INDEX.hookToken, indexText(token)) : undefined;
       if (entry !== undefined && entry.runId.startsWith('run_')) {
         const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
-        const h = state?.hooks.get(entry.value);
-        if (h?.live && h.hook.token === token) return withoutHookData(h.hook, params?.resolveData);
+        for (const h of state?.hooks.values() ?? []) {
+          if (h.live && h.hook.token === token) return withoutHookData(h.hook, params?.resolveData);
+        }
       }
       throw new HookNotFoundError(token);
     },
@@ -169,8 +168,7 @@ export function createStorage(world: World, cache: RunCache): Storage {
         for (const entry of await allIndexEntries(world, INDEX.hookToken)) {
           if (!entry.runId.startsWith('run_')) continue;
           const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
-          const h = state?.hooks.get(entry.value);
-          if (h?.live) found.push(h.hook);
+          for (const h of state?.hooks.values() ?? []) if (h.live && indexText(h.hook.token) === entry.key) found.push(h.hook);
         }
       }
       const page = pageById(found, (h) => h.hookId, params.pagination, 'asc');

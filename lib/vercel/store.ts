@@ -1,9 +1,23 @@
 // The calls the Vercel adapter makes into this package, and the JSON form of SDK values in our
 // payloads: bytes inline as base64 (or as an artifact when large), dates as ISO strings.
+import { createHash } from 'node:crypto';
 import { listIndexEntries, readArtifact, writeArtifact, type EventEnvelope, type IndexEntry, type IndexWrite, type RunLock, type World } from '../../world.js';
 
 export type { EventEnvelope, IndexEntry, IndexWrite, RunLock, World };
 export { acquireRunLock, appendEvent as append, listEvents, listIndexEntries, localWorld, lookupIndexEntry, subscribe } from '../../world.js';
+
+/** Longest SDK text kept as is in an index key or value; the store takes 1,024 bytes. */
+const INDEX_TEXT_MAX_BYTES = 900;
+
+/**
+ * An SDK-supplied text (a hook token, a correlation id, a workflow name, a queue idempotency key)
+ * as an index key or value: itself when it fits the store's limits, else U+0001 and its sha256.
+ * Whoever reads an entry through it compares the real text from the run's log.
+ */
+export function indexText(text: string): string {
+  if (text.length > 0 && Buffer.byteLength(text) <= INDEX_TEXT_MAX_BYTES && !text.includes('\0') && text.isWellFormed()) return text;
+  return `\u0001sha256:${createHash('sha256').update(text).digest('hex')}`;
+}
 
 /** Every entry of an index (with `value`, only those), a page at a time. */
 export async function allIndexEntries(world: World, index: string, value?: string): Promise<IndexEntry[]> {
@@ -76,13 +90,19 @@ export async function encode(value: unknown, home: ArtifactHome): Promise<unknow
   throw new TypeError(`cannot store a ${typeof value}`);
 }
 
+/** The fields an `{"$esc": …}` wrapper holds (which are values, never markers), or undefined. */
+function escaped(o: Record<string, unknown>): Record<string, unknown> | undefined {
+  const keys = Object.keys(o);
+  return keys.length === 1 && keys[0] === '$esc' && o.$esc !== null && typeof o.$esc === 'object' ? (o.$esc as Record<string, unknown>) : undefined;
+}
+
 /** Whether an encoded value holds an artifact reference (and so needs the world to decode). */
 function holdsArtifact(value: unknown): boolean {
   if (value === null || typeof value !== 'object') return false;
   if (Array.isArray(value)) return value.some(holdsArtifact);
   const o = value as Record<string, unknown>;
   if (typeof o.$artifact === 'string' && Object.keys(o).length === 1) return true;
-  return Object.values(o).some(holdsArtifact);
+  return Object.values(escaped(o) ?? o).some(holdsArtifact);
 }
 
 /** The value {@link encode} was given (artifacts read and verified from `world`). */
@@ -107,7 +127,7 @@ async function collectArtifacts(value: unknown, world: World, blobs: Map<string,
     }
     return;
   }
-  for (const v of Object.values(o)) await collectArtifacts(v, world, blobs);
+  for (const v of Object.values(escaped(o) ?? o)) await collectArtifacts(v, world, blobs);
 }
 
 /** {@link decode} of a value whose artifacts (if any) are already read into `blobs`. */
@@ -125,8 +145,8 @@ export function decodeSync(value: unknown, blobs: Map<string, Uint8Array> | unde
       if (blob === undefined) throw new Error(`artifact ${o.$artifact} was not read`);
       return Uint8Array.from(blob);
     }
-    if (k === '$esc' && o.$esc !== null && typeof o.$esc === 'object') {
-      const inner = o.$esc as Record<string, unknown>;
+    const inner = escaped(o);
+    if (inner !== undefined) {
       const out: Record<string, unknown> = {};
       for (const [ik, iv] of Object.entries(inner)) out[ik] = decodeSync(iv, blobs);
       return out;
