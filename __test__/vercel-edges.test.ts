@@ -106,4 +106,20 @@ describe('the Vercel World at the edges', () => {
     await next.close();
     expect(calls).toBe(1);
   });
+
+  it("applies the SDK's own attribute rules, writing nothing that breaks them", async () => {
+    const world = createWorld({ dataDir: tempDir() });
+    try {
+      const refused = world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: bytes(1), attributes: { $reserved: 'x' } } } as never);
+      await expect(refused).rejects.toMatchObject({ name: 'AttributeValidationError' });
+      const runId = await newRun(world);
+      const set = world.events.create(runId, { eventType: 'attr_set', eventData: { changes: [{ key: '$artifact', value: 'x' }], writer: { type: 'step' } } } as never);
+      await expect(set).rejects.toMatchObject({ name: 'AttributeValidationError' });
+      expect((await world.events.list({ runId })).data.map((e) => e.eventType)).toEqual(['run_created', 'run_started']);
+      await world.events.create(runId, { eventType: 'attr_set', eventData: { changes: [{ key: 'team', value: 'blue' }], writer: { type: 'step' } } } as never);
+      expect((await world.runs.get(runId)).attributes).toEqual({ team: 'blue' });
+    } finally {
+      await world.close();
+    }
+  });
 });

@@ -4,6 +4,7 @@
 import type { Event, EventResult, Hook, Step, Wait, WorkflowRun } from '@workflow/world';
 import { EntityConflictError, HookNotFoundError, RunExpiredError, RunNotSupportedError, TooEarlyError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
 import { eventIdOf, logOfRun, parseEventId, ulid } from './ids.js';
+import { loadSdkWorld } from './sdk.cjs';
 import { append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
 
 /** The spec version this world implements (`SPEC_VERSION_CURRENT` of `@workflow/world` 5). */
@@ -382,6 +383,12 @@ function correlationIndex(sdkRunId: string, state: RunState, cid: string | undef
   return [{ index: INDEX.correlation, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) }];
 }
 
+/** The SDK's own rules for run attributes (reserved keys, sizes, count): its `AttributeValidationError`. */
+async function checkAttributes(changes: { key: string; value: unknown }[], allowReservedAttributes: boolean, existingKeys?: string[]): Promise<void> {
+  const { validateAttributeChanges } = await loadSdkWorld();
+  validateAttributeChanges(changes as Parameters<typeof validateAttributeChanges>[0], { allowReservedAttributes, existingKeys });
+}
+
 /** `events.create`: check the event against the run's state and append it. */
 export async function createEvent(cache: RunCache, world: World, runIdArg: string | null, data: EventRequest, params?: CreateParams): Promise<EventResult> {
   const eventType = data.eventType;
@@ -411,6 +418,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
     if (eventType === 'run_created') {
       if (state.run !== undefined || state.lastSequence > 0) throw new EntityConflictError(`Workflow run "${sdkRunId}" already exists`);
       const d = req.eventData ?? {};
+      await checkAttributes(Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
       return plain([
         { index: INDEX.runStatus, key: sdkRunId, value: 'pending' },
         { index: INDEX.runName, key: sdkRunId, value: indexText(String(d.workflowName)) },
@@ -422,6 +430,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
     const d = req.eventData ?? {};
     // Resilient start: a run_started carrying the run's input creates the run it starts.
     if (eventType === 'run_started' && run === undefined && typeof d.deploymentId === 'string' && typeof d.workflowName === 'string' && d.input !== undefined) {
+      await checkAttributes(Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
       created = {
         eventType: 'run_created',
         specVersion,
@@ -485,6 +494,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
       case 'run_cancelled':
         return plain(statusIndex(sdkRunId, state, 'cancelled'));
       case 'attr_set': {
+        await checkAttributes((d.changes as { key: string; value: unknown }[] | undefined) ?? [], d.allowReservedAttributes === true, Object.keys(run?.attributes ?? {}));
         if (cid !== undefined && (d.writer as Data | undefined)?.type === 'workflow' && state.attrEvents.has(cid)) {
           throw new EntityConflictError(`Attribute event "${cid}" already exists`);
         }
