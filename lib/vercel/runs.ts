@@ -94,6 +94,11 @@ function apply(state: RunState, e: SdkEvent): void {
   state.events.push(e);
   if (cid !== undefined) state.correlations.add(cid);
   const run = state.run as (WorkflowRun & Data) | undefined;
+  /** A step's event: the step (if created) with the fields `change` gives it. */
+  const updateStep = (change: (step: Step) => Partial<Step>): void => {
+    const step = state.steps.get(cid as string);
+    if (step) state.steps.set(cid as string, { ...step, ...change(step), updatedAt: at } as Step);
+  };
   switch (e.eventType) {
     case 'run_created':
       state.run = {
@@ -148,26 +153,14 @@ function apply(state: RunState, e: SdkEvent): void {
         specVersion: e.specVersion,
       } as Step);
       return;
-    case 'step_started': {
-      const step = state.steps.get(cid as string);
-      if (step) state.steps.set(cid as string, { ...step, status: 'running', attempt: step.attempt + 1, startedAt: step.startedAt ?? at, retryAfter: undefined, updatedAt: at });
-      return;
-    }
-    case 'step_completed': {
-      const step = state.steps.get(cid as string);
-      if (step) state.steps.set(cid as string, { ...step, status: 'completed', output: d.result, completedAt: at, updatedAt: at });
-      return;
-    }
-    case 'step_failed': {
-      const step = state.steps.get(cid as string);
-      if (step) state.steps.set(cid as string, { ...step, status: 'failed', error: d.error, completedAt: at, updatedAt: at });
-      return;
-    }
-    case 'step_retrying': {
-      const step = state.steps.get(cid as string);
-      if (step) state.steps.set(cid as string, { ...step, status: 'pending', error: d.error, retryAfter: d.retryAfter as Date | undefined, updatedAt: at });
-      return;
-    }
+    case 'step_started':
+      return updateStep((step) => ({ status: 'running', attempt: step.attempt + 1, startedAt: step.startedAt ?? at, retryAfter: undefined }));
+    case 'step_completed':
+      return updateStep(() => ({ status: 'completed', output: d.result, completedAt: at }));
+    case 'step_failed':
+      return updateStep(() => ({ status: 'failed', error: d.error as Step['error'], completedAt: at }));
+    case 'step_retrying':
+      return updateStep(() => ({ status: 'pending', error: d.error as Step['error'], retryAfter: d.retryAfter as Date | undefined }));
     case 'hook_created':
       state.hooks.set(cid as string, {
         live: true,

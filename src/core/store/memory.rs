@@ -4,7 +4,8 @@
 //! ever see committed rows, and a savepoint is a mark in the staged list.
 
 use super::{
-    IndexEntry, IndexQuery, KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StoredEvent, StreamSummary,
+    IndexEntry, IndexQuery, KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StagedIndex, StoredEvent,
+    StreamSummary,
 };
 use crate::core::error::{Result, WorldError};
 use std::collections::{BTreeMap, HashMap};
@@ -50,13 +51,10 @@ impl MemoryLog {
     }
 }
 
-/// A staged index write: index, key, value (`None` removes), stream, sequence.
-type IndexWrite = (String, String, Option<String>, String, u64);
-
 struct MemoryTx<'a> {
     streams: &'a Streams,
     index: &'a Index,
-    staged_index: Vec<IndexWrite>,
+    staged_index: Vec<StagedIndex>,
     staged: Vec<StoredEvent>,
     staged_terminals: Vec<(String, String, u64)>,
     /// Run, model, amount, released.
@@ -190,8 +188,8 @@ impl LogTx for MemoryTx<'_> {
     }
 
     fn index_holder(&mut self, index: &str, key: &str) -> Result<Option<String>> {
-        if let Some(w) = self.staged_index.iter().rev().find(|w| w.0 == index && w.1 == key) {
-            return Ok(w.2.as_ref().map(|_| w.3.clone()));
+        if let Some(holder) = StagedIndex::holder_after(&self.staged_index, index, key) {
+            return Ok(holder);
         }
         Ok(self
             .index
@@ -200,13 +198,8 @@ impl LogTx for MemoryTx<'_> {
     }
 
     fn put_index(&mut self, index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Result<()> {
-        self.staged_index.push((
-            index.to_string(),
-            key.to_string(),
-            value.map(str::to_string),
-            run_id.to_string(),
-            sequence,
-        ));
+        self.staged_index
+            .push(StagedIndex::new(index, key, value, run_id, sequence));
         Ok(())
     }
 
@@ -272,10 +265,10 @@ impl LogWriter for MemoryLog {
             staged_index,
             ..
         } = tx;
-        for (name, key, value, run, sequence) in staged_index {
-            match value {
-                Some(value) => index.insert((name, key), (value, run, sequence)),
-                None => index.remove(&(name, key)),
+        for w in staged_index {
+            match w.value {
+                Some(value) => index.insert((w.index, w.key), (value, w.run_id, w.sequence)),
+                None => index.remove(&(w.index, w.key)),
             };
         }
         for (run, tokens) in staged_usage {

@@ -104,6 +104,39 @@ pub struct IndexEntry {
     pub sequence: u64,
 }
 
+/// An index write staged in a transaction, applied at its commit: `value` `None` removes the
+/// entry. Later writes to a key win.
+#[derive(Debug, Clone)]
+pub struct StagedIndex {
+    pub index: String,
+    pub key: String,
+    pub value: Option<String>,
+    pub run_id: String,
+    pub sequence: u64,
+}
+
+impl StagedIndex {
+    pub fn new(index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Self {
+        Self {
+            index: index.to_string(),
+            key: key.to_string(),
+            value: value.map(str::to_string),
+            run_id: run_id.to_string(),
+            sequence,
+        }
+    }
+
+    /// The holder of `index`/`key` that `staged` leaves: `None` when none of it writes the key,
+    /// `Some(None)` when its last write to it removes it.
+    pub fn holder_after(staged: &[StagedIndex], index: &str, key: &str) -> Option<Option<String>> {
+        staged
+            .iter()
+            .rev()
+            .find(|w| w.index == index && w.key == key)
+            .map(|w| w.value.as_ref().map(|_| w.run_id.clone()))
+    }
+}
+
 /// Which entries of an index a listing wants: those of `index` (with `value`, if given) whose
 /// key comes after `after` in the listing's order, at most `limit`, ordered by key.
 #[derive(Debug, Clone, Copy)]

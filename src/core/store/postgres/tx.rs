@@ -9,7 +9,7 @@
 use super::Conn;
 use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
-use crate::core::store::{KeyedEvent, LogTx, RowRef};
+use crate::core::store::{KeyedEvent, LogTx, RowRef, StagedIndex};
 use std::collections::{HashMap, HashSet};
 use tokio_postgres::types::ToSql;
 
@@ -63,7 +63,7 @@ pub(super) struct PgTx<'a> {
     estimates: Vec<(String, String, u64, bool)>,
     usage: Vec<(String, [u64; 4])>,
     /// Index, key, value (`None` removes), stream, sequence.
-    index: Vec<(String, String, Option<String>, String, u64)>,
+    index: Vec<StagedIndex>,
     mark: (usize, usize, usize, usize, usize),
 }
 
@@ -244,22 +244,22 @@ impl<'a> PgTx<'a> {
         }
         // Each entry's last write is the one that stands.
         let mut seen = HashSet::new();
-        for (index, key, value, run, sequence) in self.index.iter().rev() {
-            if !seen.insert((index, key)) {
+        for e in self.index.iter().rev() {
+            if !seen.insert((&e.index, &e.key)) {
                 continue;
             }
-            match value {
+            match &e.value {
                 Some(value) => {
                     let s = &mut w.index_set;
-                    s.0.push(index);
-                    s.1.push(key);
+                    s.0.push(&e.index);
+                    s.1.push(&e.key);
                     s.2.push(value);
-                    s.3.push(run);
-                    s.4.push(*sequence as i64);
+                    s.3.push(&e.run_id);
+                    s.4.push(e.sequence as i64);
                 }
                 None => {
-                    w.index_removed.0.push(index);
-                    w.index_removed.1.push(key);
+                    w.index_removed.0.push(&e.index);
+                    w.index_removed.1.push(&e.key);
                 }
             }
         }
@@ -420,8 +420,8 @@ impl LogTx for PgTx<'_> {
     }
 
     fn index_holder(&mut self, index: &str, key: &str) -> Result<Option<String>> {
-        if let Some(w) = self.index.iter().rev().find(|w| w.0 == index && w.1 == key) {
-            return Ok(w.2.as_ref().map(|_| w.3.clone()));
+        if let Some(holder) = StagedIndex::holder_after(&self.index, index, key) {
+            return Ok(holder);
         }
         let asked = (index.to_string(), key.to_string());
         if !self.known.index.contains_key(&asked) {
@@ -446,13 +446,7 @@ impl LogTx for PgTx<'_> {
     }
 
     fn put_index(&mut self, index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Result<()> {
-        self.index.push((
-            index.to_string(),
-            key.to_string(),
-            value.map(str::to_string),
-            run_id.to_string(),
-            sequence,
-        ));
+        self.index.push(StagedIndex::new(index, key, value, run_id, sequence));
         Ok(())
     }
 
