@@ -643,8 +643,10 @@ pub fn commit_batch(
     let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
     let result = writer.transaction(&scope_of(batch), &mut |tx| {
         outcomes.clear();
+        let again = tx.may_run_again();
         let mut next: HashMap<&str, Cursor> = HashMap::new();
-        for (item, head) in batch.iter().zip(heads.drain(..)) {
+        for (item, head) in batch.iter().zip(heads.iter_mut()) {
+            let head = take_head(head, again);
             // Each append has a savepoint, so that an append refused (or failing to store the
             // artifact it moved out) fails alone and the rest of the group commits.
             tx.savepoint()?;
@@ -696,11 +698,23 @@ fn commit_one(
 ) -> Option<AppendOutcome> {
     let mut envelope = None;
     let result = transaction(&scope_of(std::slice::from_ref(item)), &mut |tx| {
-        let head = head.take().expect("a transaction body runs once");
+        envelope = None;
+        let slot = head.as_mut().expect("the head stays until a run that cannot be undone takes it");
+        let head = take_head(slot, tx.may_run_again());
         envelope = Some(append_one(tx, artifacts, &mut HashMap::new(), item, head, recorded_at)?);
         Ok(())
     })?;
     Some(result.map(|()| envelope.take().expect("a committed append has its envelope")))
+}
+
+/// A prepared head for one run of a transaction's body: a copy when the run may be undone and
+/// the body run again (see [`LogWriter::transaction`]), else the head itself.
+fn take_head(head: &mut String, again: bool) -> String {
+    if again {
+        head.clone()
+    } else {
+        std::mem::take(head)
+    }
 }
 
 /// What committing `batch` will ask of the store: its streams, keys, node ends and estimates.

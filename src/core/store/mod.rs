@@ -195,6 +195,11 @@ pub trait LogTx {
     fn release(&mut self) -> Result<()>;
     /// Undo what the append since the savepoint wrote.
     fn rollback_to(&mut self) -> Result<()>;
+    /// Whether this run of the transaction's body may be undone and the body run again (see
+    /// [`LogWriter::transaction`]): the body then keeps what it needs for another run.
+    fn may_run_again(&self) -> bool {
+        false
+    }
 }
 
 /// What a transaction's body is about to ask, so that a backend paying a network round trip per
@@ -226,6 +231,12 @@ impl Scope<'_> {
 pub trait LogWriter: Send {
     /// Run `body` inside one write transaction and commit it; roll back if it fails. `scope`
     /// says what `body` will ask.
+    ///
+    /// A backend may run `body` more than once: one that answered from what it remembers of the
+    /// streams, rather than from reads under their locks, finds at commit whether another writer
+    /// got there first, and then undoes that run and runs `body` again on what is stored. Only
+    /// the last run's writes are kept, and each run starts on a fresh transaction; the body
+    /// starts over each time, and [`LogTx::may_run_again`] tells it whether a run may be undone.
     fn transaction(&mut self, scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()>;
 
     /// As [`LogWriter::transaction`], but only if the transaction runs without waiting: for a

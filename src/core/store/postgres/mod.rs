@@ -8,10 +8,18 @@
 //!    after the locks are held and so see every commit of an earlier holder, read what the
 //!    append rules will ask: each stream's last sequence, end, token counts and estimates, and
 //!    the rows holding the group's idempotency keys.
-//! 2. The rules run against that ([`tx::PgTx`]), staging rows; then the rows, terminals,
-//!    estimates and the streams' new last sequences are written with one statement each (arrays,
+//! 2. The rules run against that ([`tx::PgTx`]), staging rows; then the streams' new last
+//!    sequences, the rows, terminals and estimates are written with one statement each (arrays,
 //!    `unnest`), a guard statement reads the transaction's id, and `COMMIT`. A `NOTIFY` on the
 //!    schema's channel follows the commit in the same round trip, outside the transaction.
+//!
+//! A group whose streams the writer has committed to before, and which writes no index entry,
+//! is one round trip: the writer remembers each stream's state after its own commits
+//! ([`tx::Tail`]), runs the rules on that, and sends `BEGIN` with round 2. The `runs` rows are
+//! then locked by the first write, in id order as in round 1, and the rows go in after: if
+//! another writer appended to a stream meanwhile, the row at the sequence remembered as next is
+//! there, its primary key refuses the insert, the transaction rolls back, and the group runs
+//! again as above. A refused idempotency key or node end is found the same way.
 //!
 //! A stream's sequences are handed out under its row's lock, held until commit, so they are
 //! dense and a stream's commits become visible in sequence order, whichever host appends.
@@ -36,22 +44,53 @@ use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
 use crate::core::store::{LogTx, LogWriter, Scope};
 pub use reader::PgReader;
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Statement};
-use tx::{Known, PgTx, RunState};
+use tx::{Known, PgTx, RunState, Tail};
 
 /// The writer: one connection of its own, made when first needed and again after it is lost.
 pub struct PgWriter {
     db: Arc<Db>,
     conn: Option<Conn>,
-    /// Streams known to have their `runs` row (rows are never removed), so a transaction need
-    /// not add them; forgotten after any failure, and past `KNOWN_STREAMS`.
-    known_streams: std::collections::HashSet<String>,
+    /// Each stream's state after the writer's last commit to it (which also says that its
+    /// `runs` row exists: rows are never removed); forgotten after any failure, and past
+    /// `KNOWN_STREAMS`.
+    tails: HashMap<String, Tail>,
 }
 
-/// How many streams the writer remembers as having their row.
+/// How many streams the writer remembers.
 const KNOWN_STREAMS: usize = 65_536;
+
+/// The SQLSTATE of a unique key's refusal.
+const UNIQUE_VIOLATION: &str = "23505";
+
+/// Why a group's writes did not commit.
+enum NotCommitted {
+    /// The connection was found gone at `BEGIN`: nothing reached the server.
+    Unsent(WorldError),
+    /// A unique key refused a write: the transaction rolled back.
+    Taken(WorldError),
+    Failed(WorldError),
+}
+
+impl NotCommitted {
+    fn error(self) -> WorldError {
+        match self {
+            NotCommitted::Unsent(e) | NotCommitted::Taken(e) | NotCommitted::Failed(e) => e,
+        }
+    }
+}
+
+/// How a group's attempt from memory ended.
+enum Remembered {
+    Committed,
+    /// Another writer got there first, or a question or refusal needs the server: nothing was
+    /// stored, and the group runs again under the streams' locks.
+    Locked,
+    Failed(WorldError),
+}
 
 /// A live connection and its prepared statements.
 struct Conn {
@@ -69,7 +108,7 @@ struct Statements {
     insert_events: Statement,
     insert_terminals: Statement,
     put_estimates: Statement,
-    update_runs: Statement,
+    put_runs: Statement,
     index_lock: Statement,
     index_holder: Statement,
     put_index: Statement,
@@ -171,14 +210,22 @@ impl Statements {
                     &[text_array.clone(), text_array.clone(), int_array.clone()],
                 )
                 .await?,
-            update_runs: c
+            // Rows are taken in id order, as `lock_runs` takes them, so that two writers never
+            // wait for each other's rows the other way round. Every stream written already has
+            // its row; the insert is there only to take the rows in that order.
+            put_runs: c
                 .prepare_typed(
                     &format!(
-                        "UPDATE {} AS r SET last_sequence = u.last, \
-                         first_recorded_at = coalesce(r.first_recorded_at, u.at), last_recorded_at = u.at, \
-                         input_tokens = u.i, output_tokens = u.o, cached_tokens = u.c, reasoning_tokens = u.rt \
+                        "INSERT INTO {} AS r (run_id, last_sequence, first_recorded_at, last_recorded_at, \
+                         input_tokens, output_tokens, cached_tokens, reasoning_tokens) \
+                         SELECT u.run_id, u.last, u.at, u.at, u.i, u.o, u.c, u.rt \
                          FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) \
-                         AS u(run_id, last, at, i, o, c, rt) WHERE r.run_id = u.run_id",
+                         AS u(run_id, last, at, i, o, c, rt) ORDER BY u.run_id \
+                         ON CONFLICT (run_id) DO UPDATE SET last_sequence = excluded.last_sequence, \
+                         first_recorded_at = coalesce(r.first_recorded_at, excluded.first_recorded_at), \
+                         last_recorded_at = excluded.last_recorded_at, input_tokens = excluded.input_tokens, \
+                         output_tokens = excluded.output_tokens, cached_tokens = excluded.cached_tokens, \
+                         reasoning_tokens = excluded.reasoning_tokens",
                         t("runs")
                     ),
                     &[
@@ -253,7 +300,7 @@ impl PgWriter {
         PgWriter {
             db,
             conn: None,
-            known_streams: Default::default(),
+            tails: HashMap::new(),
         }
     }
 
@@ -393,11 +440,29 @@ impl PgWriter {
         Ok(())
     }
 
-    /// Write what `tx` staged and commit; `Ok` only once the commit is known to have happened.
-    async fn write_and_commit(db: &Db, c: &Conn, tx: &PgTx<'_>) -> Result<()> {
+    /// Write what `tx` staged and commit (with `begin`, sending `BEGIN` first, for a transaction
+    /// not yet begun); `Ok` only once the commit is known to have happened.
+    async fn write_and_commit(db: &Db, c: &Conn, tx: &PgTx<'_>, begin: bool) -> std::result::Result<(), NotCommitted> {
         let fail = |doing: &'static str| move |e: tokio_postgres::Error| db.error(doing, &e);
         let w = tx.writes();
         let streams: Vec<&str> = w.runs.iter().map(|r| r.0).collect();
+        let begun = async {
+            if begin {
+                c.client.execute(&c.st.begin, &[]).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        };
+        // The streams' rows first: a transaction begun here takes their locks with this write.
+        let runs = async {
+            if !w.runs.is_empty() {
+                let (ids, last, at, i, o, ca, rt) = w.run_columns();
+                c.client
+                    .execute(&c.st.put_runs, &[&ids, &last, &at, &i, &o, &ca, &rt])
+                    .await
+                    .map_err(fail("recording the streams' last sequences"))?;
+            }
+            Ok(())
+        };
         let inserts = async {
             if !w.events.0.is_empty() {
                 let e = &w.events;
@@ -449,16 +514,6 @@ impl PgWriter {
             }
             Ok(())
         };
-        let runs = async {
-            if !w.runs.is_empty() {
-                let (ids, last, at, i, o, ca, rt) = w.run_columns();
-                c.client
-                    .execute(&c.st.update_runs, &[&ids, &last, &at, &i, &o, &ca, &rt])
-                    .await
-                    .map_err(fail("recording the streams' last sequences"))?;
-            }
-            Ok(())
-        };
         let guard = async { c.client.query_one(&c.st.guard, &[]).await };
         let commit = async { c.client.batch_execute("COMMIT").await };
         // A hint for other processes' live views, sent behind the `COMMIT` in the same round
@@ -471,28 +526,37 @@ impl PgWriter {
                 let _ = c.client.query(&c.st.notify, &[&channel, &notice]).await;
             }
         };
-        let (inserted, ended, estimated, set, removed, counted, guarded, committed, ()) = futures_util::join!(
+        let (begun, counted, inserted, ended, estimated, set, removed, guarded, committed, ()) = futures_util::join!(
+            begun,
+            runs,
             inserts,
             terminals,
             estimates,
             index_set,
             index_removed,
-            runs,
             guard,
             commit,
             notify
         );
         let xid = guarded.as_ref().ok().and_then(|row| row.try_get::<_, String>(0).ok());
-        // The first failure is the cause; the guard's and the commit's follow from it.
-        inserted.and(ended).and(estimated).and(set).and(removed).and(counted)?;
-        match (guarded, committed) {
-            (Ok(_), Ok(())) => {}
-            (Err(e), _) if !e.is_closed() => return Err(db.error("committing", &e)),
-            (_, Err(e)) if !e.is_closed() => return Err(db.error("committing", &e)),
-            // Committed or not, as the server says; this connection is gone either way.
-            (_, Err(e)) | (Err(e), _) => return Self::lost_commit(db, xid, &e).await,
+        match begun {
+            Err(e) if e.is_closed() => return Err(NotCommitted::Unsent(db.error("beginning a transaction", &e))),
+            Err(e) => return Err(NotCommitted::Failed(db.error("beginning a transaction", &e))),
+            Ok(()) => {}
         }
-        Ok(())
+        // The first failure is the cause; the guard's and the commit's follow from it.
+        if let Err(e) = counted.and(inserted).and(ended).and(estimated).and(set).and(removed) {
+            let taken = matches!(&e, WorldError::Database { sqlstate: Some(s), .. } if s == UNIQUE_VIOLATION);
+            return Err(if taken { NotCommitted::Taken(e) } else { NotCommitted::Failed(e) });
+        }
+        let lost = match (guarded, committed) {
+            (Ok(_), Ok(())) => return Ok(()),
+            (Err(e), _) if !e.is_closed() => return Err(NotCommitted::Failed(db.error("committing", &e))),
+            (_, Err(e)) if !e.is_closed() => return Err(NotCommitted::Failed(db.error("committing", &e))),
+            // Committed or not, as the server says; this connection is gone either way.
+            (_, Err(e)) | (Err(e), _) => e,
+        };
+        Self::lost_commit(db, xid, &lost).await.map_err(NotCommitted::Failed)
     }
 
     /// The outcome of a group whose connection went while its `COMMIT` may have reached the
@@ -534,14 +598,80 @@ impl PgWriter {
 
 impl LogWriter for PgWriter {
     fn transaction(&mut self, scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
-        let db = self.db.clone();
         let mut runs: Vec<String> = scope.runs.iter().map(|r| r.to_string()).collect();
         runs.sort();
         runs.dedup();
+        if self.remembers(&runs, scope) {
+            match self.from_memory(&runs, body) {
+                Remembered::Committed => return Ok(()),
+                Remembered::Failed(e) => return Err(self.failed(e)),
+                Remembered::Locked => {
+                    for run in &runs {
+                        self.tails.remove(run);
+                    }
+                }
+            }
+        }
+        self.under_locks(scope, &runs, body)
+    }
+
+    /// Every commit waits for the server.
+    fn transaction_if_immediate(
+        &mut self,
+        _scope: &Scope<'_>,
+        _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Option<Result<()>> {
+        None
+    }
+}
+
+impl PgWriter {
+    /// Whether a group on `runs` can start from what the writer remembers: it has committed to
+    /// each of them, and knows the estimates of those whose estimates the group asks.
+    fn remembers(&self, runs: &[String], scope: &Scope<'_>) -> bool {
+        runs.iter().all(|r| self.tails.contains_key(r))
+            && scope
+                .estimates
+                .iter()
+                .all(|r| self.tails.get(*r).is_some_and(|t| t.estimates.is_some()))
+    }
+
+    /// Run the group on what the writer remembers of `runs` and commit it in one round trip.
+    fn from_memory(&mut self, runs: &[String], body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Remembered {
+        let db = self.db.clone();
+        if let Err(e) = self.db.block_on(Self::conn(&db, &mut self.conn)) {
+            return Remembered::Failed(e);
+        }
+        let c = self.conn.as_ref().expect("just connected");
+        let mut tx = PgTx::new(&self.db, c, Known::remembered(runs, &self.tails), true);
+        let ran = body(&mut tx);
+        if tx.needs_server || ran.is_err() {
+            return Remembered::Locked;
+        }
+        match self.db.block_on(Self::write_and_commit(&db, c, &tx, true)) {
+            Ok(()) => {
+                let tails = tx.tails_after();
+                self.remember(tails);
+                Remembered::Committed
+            }
+            // Nothing was stored either way; under the locks, a lost connection is made again.
+            Err(NotCommitted::Taken(_)) | Err(NotCommitted::Unsent(_)) => Remembered::Locked,
+            Err(NotCommitted::Failed(e)) => Remembered::Failed(e),
+        }
+    }
+
+    /// Run the group on what is read under the locks of its streams, in two round trips.
+    fn under_locks(
+        &mut self,
+        scope: &Scope<'_>,
+        runs: &[String],
+        body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
+    ) -> Result<()> {
+        let db = self.db.clone();
         let ensure: Vec<&str> = runs
             .iter()
             .map(String::as_str)
-            .filter(|r| !self.known_streams.contains(*r))
+            .filter(|r| !self.tails.contains_key(*r))
             .collect();
         let conn = &mut self.conn;
         let outcome = self.db.block_on(async {
@@ -556,7 +686,7 @@ impl LogWriter for PgWriter {
                 // `BEGIN` and the reads go in one round trip, in the order sent.
                 let (begun, read) = futures_util::join!(
                     c.client.execute(&c.st.begin, &[]),
-                    Self::read_scope(&db, c, &runs, &ensure, scope, &mut known)
+                    Self::read_scope(&db, c, runs, &ensure, scope, &mut known)
                 );
                 match begun {
                     Ok(_) => return Ok::<_, WorldError>((read, known)),
@@ -571,37 +701,34 @@ impl LogWriter for PgWriter {
         };
         let result = read.and_then(|()| {
             let c = self.conn.as_ref().expect("connected");
-            let mut tx = PgTx::new(&self.db, c, known);
+            let mut tx = PgTx::new(&self.db, c, known, false);
             body(&mut tx)?;
             let db = self.db.clone();
-            self.db.block_on(Self::write_and_commit(&db, c, &tx))
+            self.db
+                .block_on(Self::write_and_commit(&db, c, &tx, false))
+                .map_err(NotCommitted::error)?;
+            Ok(tx.tails_after())
         });
         match result {
-            Ok(()) => {
-                if self.known_streams.len() + runs.len() > KNOWN_STREAMS {
-                    self.known_streams.clear();
-                }
-                self.known_streams.extend(runs);
+            Ok(tails) => {
+                self.remember(tails);
                 Ok(())
             }
             Err(e) => Err(self.failed(e)),
         }
     }
 
-    /// Every commit waits for the server.
-    fn transaction_if_immediate(
-        &mut self,
-        _scope: &Scope<'_>,
-        _body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
-    ) -> Option<Result<()>> {
-        None
+    /// Keep what a commit left of its streams.
+    fn remember(&mut self, tails: Vec<(String, Tail)>) {
+        if self.tails.len() + tails.len() > KNOWN_STREAMS {
+            self.tails.clear();
+        }
+        self.tails.extend(tails);
     }
-}
 
-impl PgWriter {
     /// After a failure: roll back what is open, and drop a connection that is gone.
     fn failed(&mut self, e: WorldError) -> WorldError {
-        self.known_streams.clear();
+        self.tails.clear();
         if let Some(c) = &self.conn {
             if c.client.is_closed() {
                 self.conn = None;

@@ -5,6 +5,14 @@
 //! before the group's writes, so undoing an append is truncating what it staged. A question the
 //! transaction's [`Scope`](crate::core::store::Scope) did not announce is asked of the server on
 //! the spot (locking a stream first), which is slower and as correct.
+//!
+//! A transaction may instead start from what the writer remembers of its streams ([`Tail`]s,
+//! kept from its own commits). It then asks the server nothing: an idempotency key or a node end
+//! it does not know of is taken to be absent, and the writes say so to the server, whose unique
+//! keys refuse the commit if it was not (another writer appended, or the key is taken). Anything
+//! it could not answer without the server, and any append it refuses, sets
+//! [`PgTx::needs_server`]: a refusal made from memory is not sent, since what was remembered may
+//! be out of date, and the group is run again under the streams' locks.
 
 use super::Conn;
 use crate::core::error::{Result, WorldError};
@@ -17,6 +25,18 @@ use tokio_postgres::types::ToSql;
 pub(super) struct RunState {
     pub last: u64,
     pub usage: [u64; 4],
+}
+
+/// What the writer remembers of a stream after a commit of its own: all of it changes only with
+/// an event of the stream, so it holds for as long as `last` is still the stream's last sequence.
+#[derive(Debug, Clone)]
+pub(super) struct Tail {
+    pub last: u64,
+    pub usage: [u64; 4],
+    /// The sequence of the stream's own end, if it has ended.
+    pub ended: Option<u64>,
+    /// The stream's open budget estimates by model, when they were read.
+    pub estimates: Option<HashMap<String, u64>>,
 }
 
 /// What was read under the locks.
@@ -39,6 +59,29 @@ pub(super) struct Known {
 impl Known {
     pub fn estimated(&self, run: &str) -> bool {
         self.estimates.contains_key(run)
+    }
+
+    /// What the writer remembers of `runs`, each of which has a tail in `tails`.
+    pub fn remembered(runs: &[String], tails: &HashMap<String, Tail>) -> Known {
+        let mut known = Known::default();
+        for run in runs {
+            let tail = &tails[run];
+            known.runs.insert(
+                run.clone(),
+                RunState {
+                    last: tail.last,
+                    usage: tail.usage,
+                },
+            );
+            known.asked_ends.insert(run.clone());
+            if let Some(end) = tail.ended {
+                known.terminals.insert((run.clone(), String::new()), end);
+            }
+            if let Some(models) = &tail.estimates {
+                known.estimates.insert(run.clone(), models.clone());
+            }
+        }
+        known
     }
 }
 
@@ -65,6 +108,11 @@ pub(super) struct PgTx<'a> {
     /// Index, key, value (`None` removes), stream, sequence.
     index: Vec<StagedIndex>,
     mark: (usize, usize, usize, usize, usize),
+    /// Started from what the writer remembers, without locks (see the module's doc).
+    remembered: bool,
+    /// Set when a transaction started from memory met a question or a refusal that needs the
+    /// server: its group is to be run again under the streams' locks.
+    pub needs_server: bool,
 }
 
 /// The columns of the group's writes, borrowed from the staged rows.
@@ -124,7 +172,9 @@ fn apply(open: u64, amount: u64, released: bool) -> u64 {
 }
 
 impl<'a> PgTx<'a> {
-    pub fn new(db: &'a Db, conn: &'a Conn, known: Known) -> PgTx<'a> {
+    /// A transaction on what was read under the streams' locks (`remembered` false) or on what
+    /// the writer remembers (true).
+    pub fn new(db: &'a Db, conn: &'a Conn, known: Known, remembered: bool) -> PgTx<'a> {
         PgTx {
             db,
             conn,
@@ -135,11 +185,59 @@ impl<'a> PgTx<'a> {
             usage: Vec::new(),
             index: Vec::new(),
             mark: (0, 0, 0, 0, 0),
+            remembered,
+            needs_server: false,
         }
+    }
+
+    /// In a transaction started from memory, a question only the server can answer: the group is
+    /// to be run again under the streams' locks, and this run's answer does not matter.
+    fn ask_server(&mut self) -> Result<()> {
+        if self.remembered {
+            self.needs_server = true;
+            return Err(WorldError::RuntimeIntegrity {
+                reason: "internal: a question for the server in a transaction started from memory".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Each stream's state once this transaction commits: what was known of it, and what was
+    /// staged on top.
+    pub fn tails_after(&self) -> Vec<(String, Tail)> {
+        self.known
+            .runs
+            .iter()
+            .map(|(run, state)| {
+                let mut tail = Tail {
+                    last: state.last,
+                    usage: state.usage,
+                    ended: self.known.terminals.get(&(run.clone(), String::new())).copied(),
+                    estimates: self.known.estimates.get(run).cloned(),
+                };
+                if let Some(row) = self.rows.iter().rev().find(|r| &r.run_id == run) {
+                    tail.last = row.sequence;
+                }
+                for (_, tokens) in self.usage.iter().filter(|u| &u.0 == run) {
+                    tail.usage = std::array::from_fn(|i| tail.usage[i].saturating_add(tokens[i]));
+                }
+                if let Some(t) = self.terminals.iter().find(|t| &t.0 == run && t.1.is_empty()) {
+                    tail.ended = Some(t.2);
+                }
+                if let Some(models) = &mut tail.estimates {
+                    for (_, model, amount, released) in self.estimates.iter().filter(|e| &e.0 == run) {
+                        let open = models.entry(model.clone()).or_insert(0);
+                        *open = apply(*open, *amount, *released);
+                    }
+                }
+                (run.clone(), tail)
+            })
+            .collect()
     }
 
     /// Lock `run` and read its state, for a question the scope did not announce.
     fn read_run(&mut self, run: &str) -> Result<()> {
+        self.ask_server()?;
         let runs = vec![run.to_string()];
         let scope = crate::core::store::Scope {
             runs: vec![run],
@@ -166,6 +264,7 @@ impl<'a> PgTx<'a> {
     /// The open estimates of `run` by model, as stored (read now if they were not).
     fn stored_estimates(&mut self, run: &str) -> Result<&HashMap<String, u64>> {
         if !self.known.estimated(run) {
+            self.ask_server()?;
             let (db, conn) = (self.db, self.conn);
             let rows = db
                 .block_on(conn.client.query(&conn.st.estimates, &[&vec![run]]))
@@ -288,6 +387,10 @@ impl LogTx for PgTx<'_> {
             }));
         }
         let asked = (run_id.to_string(), key.to_string());
+        if self.remembered && !self.known.asked_keys.contains(&asked) {
+            // Taken to be free: the key's unique index refuses the commit if it was not.
+            return Ok(None);
+        }
         if !self.known.asked_keys.contains(&asked) {
             self.run(run_id)?;
             let (db, conn) = (self.db, self.conn);
@@ -348,6 +451,12 @@ impl LogTx for PgTx<'_> {
         } else {
             self.known.asked_nodes.contains(&asked)
         };
+        if !announced && self.remembered && !node.is_empty() {
+            // A node end taken to be absent: every append that asks this goes on to record the
+            // node's end (or is refused, which sends nothing), and the terminals' unique key
+            // refuses the commit if the node had ended.
+            return Ok(None);
+        }
         if !announced {
             self.run(run_id)?;
             let (db, conn) = (self.db, self.conn);
@@ -425,6 +534,7 @@ impl LogTx for PgTx<'_> {
         }
         let asked = (index.to_string(), key.to_string());
         if !self.known.index.contains_key(&asked) {
+            self.ask_server()?;
             // The entry's lock, then its row, in one round trip: the read starts after the lock
             // is held, so it sees what an earlier holder committed.
             let (db, conn) = (self.db, self.conn);
@@ -466,11 +576,17 @@ impl LogTx for PgTx<'_> {
     }
 
     fn rollback_to(&mut self) -> Result<()> {
+        // A refusal made from memory may rest on a stream state that has moved on.
+        self.needs_server |= self.remembered;
         self.rows.truncate(self.mark.0);
         self.terminals.truncate(self.mark.1);
         self.estimates.truncate(self.mark.2);
         self.usage.truncate(self.mark.3);
         self.index.truncate(self.mark.4);
         Ok(())
+    }
+
+    fn may_run_again(&self) -> bool {
+        self.remembered
     }
 }
