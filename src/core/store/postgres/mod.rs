@@ -38,6 +38,8 @@
 
 pub mod listen;
 pub mod reader;
+#[cfg(test)]
+mod tests;
 mod tx;
 
 use crate::core::error::{Result, WorldError};
@@ -58,6 +60,9 @@ pub struct PgWriter {
     /// `runs` row exists: rows are never removed); forgotten after any failure, and past
     /// `KNOWN_STREAMS`.
     tails: HashMap<String, Tail>,
+    /// Groups committed from memory, for the tests.
+    #[cfg(test)]
+    pub(crate) remembered_commits: u64,
 }
 
 /// How many streams the writer remembers.
@@ -301,15 +306,21 @@ impl PgWriter {
             db,
             conn: None,
             tails: HashMap::new(),
+            #[cfg(test)]
+            remembered_commits: 0,
         }
     }
 
     /// The writer's connection, made (and the schema checked) if there is none or it was lost.
-    async fn conn(db: &Db, conn: &mut Option<Conn>) -> Result<()> {
+    /// What the writer remembered of its streams is forgotten with a lost connection: the server
+    /// may have restarted, and at `synchronous_commit` off, lost the last commits it had
+    /// acknowledged, so that a stream's last sequence is no longer what was remembered.
+    async fn conn(db: &Db, conn: &mut Option<Conn>, tails: &mut HashMap<String, Tail>) -> Result<()> {
         if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
             *conn = None;
         }
         if conn.is_none() {
+            tails.clear();
             let client = db.connect().await?;
             db.ensure_schema(&client).await?;
             let st = Statements::prepare(db, &client)
@@ -639,8 +650,12 @@ impl PgWriter {
     /// Run the group on what the writer remembers of `runs` and commit it in one round trip.
     fn from_memory(&mut self, runs: &[String], body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Remembered {
         let db = self.db.clone();
-        if let Err(e) = self.db.block_on(Self::conn(&db, &mut self.conn)) {
+        if let Err(e) = self.db.block_on(Self::conn(&db, &mut self.conn, &mut self.tails)) {
             return Remembered::Failed(e);
+        }
+        if !runs.iter().all(|r| self.tails.contains_key(r)) {
+            // Forgotten with a lost connection.
+            return Remembered::Locked;
         }
         let c = self.conn.as_ref().expect("just connected");
         let mut tx = PgTx::new(&self.db, c, Known::remembered(runs, &self.tails), true);
@@ -652,6 +667,10 @@ impl PgWriter {
             Ok(()) => {
                 let tails = tx.tails_after();
                 self.remember(tails);
+                #[cfg(test)]
+                {
+                    self.remembered_commits += 1;
+                }
                 Remembered::Committed
             }
             // Nothing was stored either way; under the locks, a lost connection is made again.
@@ -668,20 +687,21 @@ impl PgWriter {
         body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
     ) -> Result<()> {
         let db = self.db.clone();
-        let ensure: Vec<&str> = runs
-            .iter()
-            .map(String::as_str)
-            .filter(|r| !self.tails.contains_key(*r))
-            .collect();
-        let conn = &mut self.conn;
+        let (conn, tails) = (&mut self.conn, &mut self.tails);
         let outcome = self.db.block_on(async {
             // A connection found gone before anything of this transaction was sent is made
             // again, once: nothing can have been stored.
             let mut tries = 0;
             loop {
                 tries += 1;
-                Self::conn(&db, conn).await?;
+                Self::conn(&db, conn, tails).await?;
                 let c = conn.as_ref().expect("just connected");
+                // The streams the writer does not know to have their row.
+                let ensure: Vec<&str> = runs
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|r| !tails.contains_key(*r))
+                    .collect();
                 let mut known = Known::default();
                 // `BEGIN` and the reads go in one round trip, in the order sent.
                 let (begun, read) = futures_util::join!(
@@ -699,22 +719,25 @@ impl PgWriter {
             Ok(v) => v,
             Err(e) => return Err(self.failed(e)),
         };
-        let result = read.and_then(|()| {
-            let c = self.conn.as_ref().expect("connected");
-            let mut tx = PgTx::new(&self.db, c, known, false);
-            body(&mut tx)?;
-            let db = self.db.clone();
-            self.db
-                .block_on(Self::write_and_commit(&db, c, &tx, false))
-                .map_err(NotCommitted::error)?;
-            Ok(tx.tails_after())
-        });
-        match result {
-            Ok(tails) => {
+        if let Err(e) = read {
+            return Err(self.failed(e));
+        }
+        let c = self.conn.as_ref().expect("connected");
+        let mut tx = PgTx::new(&self.db, c, known, false);
+        if let Err(e) = body(&mut tx) {
+            // Refused: nothing is written, and what was read under the locks holds.
+            let tails = tx.tails_read();
+            self.remember(tails);
+            return Err(self.rolled_back(e));
+        }
+        let db = self.db.clone();
+        match self.db.block_on(Self::write_and_commit(&db, c, &tx, false)) {
+            Ok(()) => {
+                let tails = tx.tails_after();
                 self.remember(tails);
                 Ok(())
             }
-            Err(e) => Err(self.failed(e)),
+            Err(e) => Err(self.failed(e.error())),
         }
     }
 
@@ -726,9 +749,15 @@ impl PgWriter {
         self.tails.extend(tails);
     }
 
-    /// After a failure: roll back what is open, and drop a connection that is gone.
+    /// After a failure: forget the streams (a commit whose outcome is unknown may have moved
+    /// them on), roll back what is open, and drop a connection that is gone.
     fn failed(&mut self, e: WorldError) -> WorldError {
         self.tails.clear();
+        self.rolled_back(e)
+    }
+
+    /// Roll back what is open, and drop a connection that is gone.
+    fn rolled_back(&mut self, e: WorldError) -> WorldError {
         if let Some(c) = &self.conn {
             if c.client.is_closed() {
                 self.conn = None;

@@ -205,6 +205,15 @@ impl<'a> PgTx<'a> {
     /// Each stream's state once this transaction commits: what was known of it, and what was
     /// staged on top.
     pub fn tails_after(&self) -> Vec<(String, Tail)> {
+        self.tails(true)
+    }
+
+    /// Each stream's state as read, for a transaction that is rolled back.
+    pub fn tails_read(&self) -> Vec<(String, Tail)> {
+        self.tails(false)
+    }
+
+    fn tails(&self, committed: bool) -> Vec<(String, Tail)> {
         self.known
             .runs
             .iter()
@@ -215,6 +224,9 @@ impl<'a> PgTx<'a> {
                     ended: self.known.terminals.get(&(run.clone(), String::new())).copied(),
                     estimates: self.known.estimates.get(run).cloned(),
                 };
+                if !committed {
+                    return (run.clone(), tail);
+                }
                 if let Some(row) = self.rows.iter().rev().find(|r| &r.run_id == run) {
                     tail.last = row.sequence;
                 }
