@@ -207,7 +207,13 @@ impl NativeWorld {
         expected_sequence: Option<i64>,
         index_json: Option<String>,
     ) -> napi::Result<RawValue> {
-        self.submit_with(&env, WAIT_IN_PLACE, |t, waiting| {
+        // A commit across a network takes longer than the wait: waiting would only hold a core.
+        let wait = if self.world.commits_quickly() {
+            WAIT_IN_PLACE
+        } else {
+            Duration::ZERO
+        };
+        self.submit_with(&env, wait, |t, waiting| {
             let index = match &index_json {
                 Some(text) => events::index_writes_from_json(text).map_err(|e| e.for_run(&run_id))?,
                 None => Vec::new(),

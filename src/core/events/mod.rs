@@ -699,7 +699,9 @@ fn commit_one(
     let mut envelope = None;
     let result = transaction(&scope_of(std::slice::from_ref(item)), &mut |tx| {
         envelope = None;
-        let slot = head.as_mut().expect("the head stays until a run that cannot be undone takes it");
+        let slot = head
+            .as_mut()
+            .expect("the head stays until a run that cannot be undone takes it");
         let head = take_head(slot, tx.may_run_again());
         envelope = Some(append_one(tx, artifacts, &mut HashMap::new(), item, head, recorded_at)?);
         Ok(())

@@ -70,7 +70,7 @@ fn backends() -> Vec<Backend> {
     if let Some(schema) = crate::core::pg::testing::test_schema() {
         let db = schema.db();
         all.push((
-            Box::new(postgres::PgWriter::new(db.clone())),
+            Box::new(postgres::PgWriter::new(db.clone()).unwrap()),
             Box::new(postgres::PgReader::new(db)),
             Some(Box::new(schema)),
         ));

@@ -250,6 +250,14 @@ pub trait LogWriter: Send {
         scope: &Scope<'_>,
         body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>,
     ) -> Option<Result<()>>;
+
+    /// Whether a commit can be done within about a hundred microseconds, with no network round
+    /// trip: then a caller that awaits one append may wait for it in place rather than be woken
+    /// (see `World::append_awaited`). A backend across a network answers `false`: waiting in place
+    /// for its round trip would only hold a core that the rest of the commit needs.
+    fn commits_quickly(&self) -> bool {
+        true
+    }
 }
 
 /// What was committed after a mark, for live views: the streams that have new rows.

@@ -80,6 +80,9 @@ struct Inner {
     data_dir: Option<PathBuf>,
     /// Opened without a writer: every write is refused before it starts.
     read_only: bool,
+    /// Whether the writer commits without a network round trip (see
+    /// [`LogWriter::commits_quickly`]).
+    commits_quickly: bool,
     closed: AtomicBool,
     submit: Mutex<Option<Submit>>,
     reader: Arc<dyn LogReader>,
@@ -150,6 +153,7 @@ impl World {
             outer_loops,
         } = parts;
         let read_only = writer.is_none();
+        let commits_quickly = writer.as_ref().is_none_or(|w| w.commits_quickly());
         let writer: SharedWriter = Arc::new(Mutex::new(Some(writer.unwrap_or_else(|| Box::new(ReadOnlyLog)))));
         let artifacts = Arc::new(artifacts);
         let (prep_tx, prep_rx) = unbounded::<PrepMsg>();
@@ -195,6 +199,7 @@ impl World {
                 kind,
                 data_dir,
                 read_only,
+                commits_quickly,
                 closed: AtomicBool::new(false),
                 submit: Mutex::new(Some(Submit {
                     prep: prep_tx,
@@ -218,6 +223,12 @@ impl World {
     /// `local`, `virtual`, or the kind of another backend.
     pub fn kind(&self) -> &'static str {
         self.inner.kind
+    }
+
+    /// Whether an append can commit within about a hundred microseconds, so that a caller
+    /// awaiting it alone may wait in place (see [`LogWriter::commits_quickly`]).
+    pub fn commits_quickly(&self) -> bool {
+        self.inner.commits_quickly
     }
 
     /// The resolved data directory of a local world.

@@ -20,7 +20,7 @@ impl World {
         let db = Db::new(options)?;
         let writer = match read_only {
             true => None,
-            false => Some(Box::new(PgWriter::new(db.clone())) as Box<dyn crate::core::store::LogWriter>),
+            false => Some(Box::new(PgWriter::new(db.clone())?) as Box<dyn crate::core::store::LogWriter>),
         };
         let parts = Parts {
             kind: "postgres",

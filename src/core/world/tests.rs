@@ -79,6 +79,7 @@ fn appends_commit_in_call_order_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
     let world = World::open_local(dir.path(), Durability::Full, Pricing::default(), c).unwrap();
+    assert!(world.commits_quickly());
     for i in 0..500 {
         world
             .append(i as u64, append(if i % 3 == 0 { "run_x" } else { "run_y" }, i))
@@ -734,6 +735,8 @@ fn two_postgres_worlds_on_one_schema_stay_dense() {
     let (c2, rx2) = channel();
     let a = postgres_world(&schema, false, c1);
     let b = postgres_world(&schema, false, c2);
+    // Its commits take a round trip: a caller is woken, rather than held waiting in place.
+    assert!(!a.commits_quickly());
     let (a, b) = two_worlds_stay_dense(a, &rx1, b, &rx2);
     a.close(1000).unwrap();
     b.close(1001).unwrap();

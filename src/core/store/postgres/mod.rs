@@ -55,6 +55,9 @@ use tx::{Known, PgTx, RunState, Tail};
 /// The writer: one connection of its own, made when first needed and again after it is lost.
 pub struct PgWriter {
     db: Arc<Db>,
+    /// The writer's own single-threaded runtime: its connection's I/O runs on the writer's
+    /// thread, inside each call, so a round trip costs no hand-off between threads.
+    rt: tokio::runtime::Runtime,
     conn: Option<Conn>,
     /// Each stream's state after the writer's last commit to it (which also says that its
     /// `runs` row exists: rows are never removed); forgotten after any failure, and past
@@ -301,14 +304,21 @@ fn announcement(streams: &[&str]) -> String {
 }
 
 impl PgWriter {
-    pub fn new(db: Arc<Db>) -> PgWriter {
-        PgWriter {
+    pub fn new(db: Arc<Db>) -> Result<PgWriter> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| WorldError::Path {
+                message: format!("the PostgreSQL writer's runtime could not be made: {e}"),
+            })?;
+        Ok(PgWriter {
             db,
+            rt,
             conn: None,
             tails: HashMap::new(),
             #[cfg(test)]
             remembered_commits: 0,
-        }
+        })
     }
 
     /// The writer's connection, made (and the schema checked) if there is none or it was lost.
@@ -316,6 +326,9 @@ impl PgWriter {
     /// may have restarted, and at `synchronous_commit` off, lost the last commits it had
     /// acknowledged, so that a stream's last sequence is no longer what was remembered.
     async fn conn(db: &Db, conn: &mut Option<Conn>, tails: &mut HashMap<String, Tail>) -> Result<()> {
+        // The connection's task runs only inside calls: let it read what arrived meanwhile (the
+        // end of a connection the server closed) before the connection is used.
+        tokio::task::yield_now().await;
         if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
             *conn = None;
         }
@@ -558,7 +571,11 @@ impl PgWriter {
         // The first failure is the cause; the guard's and the commit's follow from it.
         if let Err(e) = counted.and(inserted).and(ended).and(estimated).and(set).and(removed) {
             let taken = matches!(&e, WorldError::Database { sqlstate: Some(s), .. } if s == UNIQUE_VIOLATION);
-            return Err(if taken { NotCommitted::Taken(e) } else { NotCommitted::Failed(e) });
+            return Err(if taken {
+                NotCommitted::Taken(e)
+            } else {
+                NotCommitted::Failed(e)
+            });
         }
         let lost = match (guarded, committed) {
             (Ok(_), Ok(())) => return Ok(()),
@@ -613,7 +630,7 @@ impl LogWriter for PgWriter {
         runs.sort();
         runs.dedup();
         if self.remembers(&runs, scope) {
-            match self.from_memory(&runs, body) {
+            match self.commit_remembered(&runs, body) {
                 Remembered::Committed => return Ok(()),
                 Remembered::Failed(e) => return Err(self.failed(e)),
                 Remembered::Locked => {
@@ -634,6 +651,10 @@ impl LogWriter for PgWriter {
     ) -> Option<Result<()>> {
         None
     }
+
+    fn commits_quickly(&self) -> bool {
+        false
+    }
 }
 
 impl PgWriter {
@@ -648,9 +669,9 @@ impl PgWriter {
     }
 
     /// Run the group on what the writer remembers of `runs` and commit it in one round trip.
-    fn from_memory(&mut self, runs: &[String], body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Remembered {
+    fn commit_remembered(&mut self, runs: &[String], body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Remembered {
         let db = self.db.clone();
-        if let Err(e) = self.db.block_on(Self::conn(&db, &mut self.conn, &mut self.tails)) {
+        if let Err(e) = self.rt.block_on(Self::conn(&db, &mut self.conn, &mut self.tails)) {
             return Remembered::Failed(e);
         }
         if !runs.iter().all(|r| self.tails.contains_key(r)) {
@@ -658,12 +679,12 @@ impl PgWriter {
             return Remembered::Locked;
         }
         let c = self.conn.as_ref().expect("just connected");
-        let mut tx = PgTx::new(&self.db, c, Known::remembered(runs, &self.tails), true);
+        let mut tx = PgTx::new(&self.db, &self.rt, c, Known::remembered(runs, &self.tails), true);
         let ran = body(&mut tx);
         if tx.needs_server || ran.is_err() {
             return Remembered::Locked;
         }
-        match self.db.block_on(Self::write_and_commit(&db, c, &tx, true)) {
+        match self.rt.block_on(Self::write_and_commit(&db, c, &tx, true)) {
             Ok(()) => {
                 let tails = tx.tails_after();
                 self.remember(tails);
@@ -688,7 +709,7 @@ impl PgWriter {
     ) -> Result<()> {
         let db = self.db.clone();
         let (conn, tails) = (&mut self.conn, &mut self.tails);
-        let outcome = self.db.block_on(async {
+        let outcome = self.rt.block_on(async {
             // A connection found gone before anything of this transaction was sent is made
             // again, once: nothing can have been stored.
             let mut tries = 0;
@@ -723,7 +744,7 @@ impl PgWriter {
             return Err(self.failed(e));
         }
         let c = self.conn.as_ref().expect("connected");
-        let mut tx = PgTx::new(&self.db, c, known, false);
+        let mut tx = PgTx::new(&self.db, &self.rt, c, known, false);
         if let Err(e) = body(&mut tx) {
             // Refused: nothing is written, and what was read under the locks holds.
             let tails = tx.tails_read();
@@ -731,7 +752,7 @@ impl PgWriter {
             return Err(self.rolled_back(e));
         }
         let db = self.db.clone();
-        match self.db.block_on(Self::write_and_commit(&db, c, &tx, false)) {
+        match self.rt.block_on(Self::write_and_commit(&db, c, &tx, false)) {
             Ok(()) => {
                 let tails = tx.tails_after();
                 self.remember(tails);
@@ -762,7 +783,7 @@ impl PgWriter {
             if c.client.is_closed() {
                 self.conn = None;
             } else {
-                let rolled_back = self.db.block_on(c.client.batch_execute("ROLLBACK"));
+                let rolled_back = self.rt.block_on(c.client.batch_execute("ROLLBACK"));
                 if rolled_back.is_err() {
                     self.conn = None;
                 }

@@ -70,7 +70,10 @@ fn commit(w: &mut PgWriter, appends: Vec<Append>) -> Vec<std::result::Result<Val
     }
     commit_batch(w, &NoArtifacts, &mut batch, "2026-12-04T00:00:00.000Z")
         .into_iter()
-        .map(|o| o.map(|e| serde_json::from_str(&e).unwrap()).map_err(|e| e.code().to_string()))
+        .map(|o| {
+            o.map(|e| serde_json::from_str(&e).unwrap())
+                .map_err(|e| e.code().to_string())
+        })
         .collect()
 }
 
@@ -82,8 +85,8 @@ fn sequence(outcome: &std::result::Result<Value, String>) -> u64 {
 fn two_writers(schema: &TestSchema) -> (PgWriter, PgWriter, super::PgReader) {
     let db = schema.db();
     (
-        PgWriter::new(db.clone()),
-        PgWriter::new(schema.db()),
+        PgWriter::new(db.clone()).unwrap(),
+        PgWriter::new(schema.db()).unwrap(),
         super::PgReader::new(db),
     )
 }
@@ -103,7 +106,10 @@ fn a_stream_the_writer_committed_to_is_appended_to_from_memory() {
     let Some(schema) = test_schema() else { return };
     let (mut a, _b, r) = two_writers(&schema);
     assert_eq!(sequence(&commit(&mut a, vec![fact("run_m", "s1")])[0]), 1);
-    assert_eq!(a.remembered_commits, 0, "the first append reads the stream under its lock");
+    assert_eq!(
+        a.remembered_commits, 0,
+        "the first append reads the stream under its lock"
+    );
     for i in 2..=5 {
         let out = commit(&mut a, vec![fact("run_m", "s"), fact("run_m", "t")]);
         assert_eq!(sequence(&out[1]), 2 * i - 1);
@@ -227,7 +233,11 @@ fn a_writer_forgets_its_streams_with_its_connection() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     let out = commit(&mut a, vec![fact("run_l", "after")]);
     // The first try may meet the connection's end; what matters is that no row leaves a hole.
-    let out = if out[0].is_err() { commit(&mut a, vec![fact("run_l", "after")]) } else { out };
+    let out = if out[0].is_err() {
+        commit(&mut a, vec![fact("run_l", "after")])
+    } else {
+        out
+    };
     assert_eq!(sequence(&out[0]), 2);
     assert_eq!(stored_sequences(&r, "run_l"), [1, 2]);
 }
@@ -238,7 +248,7 @@ fn writers_appending_to_the_same_streams_in_any_order_never_wait_for_each_other_
     const RUNS: [&str; 6] = ["run_o1", "run_o2", "run_o3", "run_o4", "run_o5", "run_o6"];
     let writers: Vec<_> = (0..2)
         .map(|w| {
-            let mut writer = PgWriter::new(schema.db());
+            let mut writer = PgWriter::new(schema.db()).unwrap();
             std::thread::spawn(move || {
                 for g in 0..60 {
                     // Each group names the streams in another order; a deadlock between the two

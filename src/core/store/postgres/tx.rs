@@ -98,6 +98,8 @@ struct Staged {
 
 pub(super) struct PgTx<'a> {
     db: &'a Db,
+    /// The writer's runtime, which drives its connection.
+    rt: &'a tokio::runtime::Runtime,
     conn: &'a Conn,
     known: Known,
     rows: Vec<Staged>,
@@ -174,9 +176,16 @@ fn apply(open: u64, amount: u64, released: bool) -> u64 {
 impl<'a> PgTx<'a> {
     /// A transaction on what was read under the streams' locks (`remembered` false) or on what
     /// the writer remembers (true).
-    pub fn new(db: &'a Db, conn: &'a Conn, known: Known, remembered: bool) -> PgTx<'a> {
+    pub fn new(
+        db: &'a Db,
+        rt: &'a tokio::runtime::Runtime,
+        conn: &'a Conn,
+        known: Known,
+        remembered: bool,
+    ) -> PgTx<'a> {
         PgTx {
             db,
+            rt,
             conn,
             known,
             rows: Vec::new(),
@@ -255,8 +264,8 @@ impl<'a> PgTx<'a> {
             runs: vec![run],
             ..Default::default()
         };
-        let (db, conn) = (self.db, self.conn);
-        db.block_on(super::PgWriter::read_scope(
+        let (db, rt, conn) = (self.db, self.rt, self.conn);
+        rt.block_on(super::PgWriter::read_scope(
             db,
             conn,
             &runs,
@@ -277,8 +286,8 @@ impl<'a> PgTx<'a> {
     fn stored_estimates(&mut self, run: &str) -> Result<&HashMap<String, u64>> {
         if !self.known.estimated(run) {
             self.ask_server()?;
-            let (db, conn) = (self.db, self.conn);
-            let rows = db
+            let (db, rt, conn) = (self.db, self.rt, self.conn);
+            let rows = rt
                 .block_on(conn.client.query(&conn.st.estimates, &[&vec![run]]))
                 .map_err(|e| db.error("reading budget estimates", &e))?;
             let mut models = HashMap::new();
@@ -405,8 +414,8 @@ impl LogTx for PgTx<'_> {
         }
         if !self.known.asked_keys.contains(&asked) {
             self.run(run_id)?;
-            let (db, conn) = (self.db, self.conn);
-            let rows = db
+            let (db, rt, conn) = (self.db, self.rt, self.conn);
+            let rows = rt
                 .block_on(conn.client.query(&conn.st.keys, &[&vec![run_id], &vec![key]]))
                 .map_err(|e| db.error("reading idempotency keys", &e))?;
             if let Some(row) = rows.first() {
@@ -471,8 +480,8 @@ impl LogTx for PgTx<'_> {
         }
         if !announced {
             self.run(run_id)?;
-            let (db, conn) = (self.db, self.conn);
-            let rows = db
+            let (db, rt, conn) = (self.db, self.rt, self.conn);
+            let rows = rt
                 .block_on(conn.client.query(&conn.st.terminals, &[&vec![run_id], &vec![node]]))
                 .map_err(|e| db.error("reading stream ends", &e))?;
             if let Some(row) = rows.first() {
@@ -549,11 +558,11 @@ impl LogTx for PgTx<'_> {
             self.ask_server()?;
             // The entry's lock, then its row, in one round trip: the read starts after the lock
             // is held, so it sees what an earlier holder committed.
-            let (db, conn) = (self.db, self.conn);
+            let (db, rt, conn) = (self.db, self.rt, self.conn);
             let lock_key = format!("{}\n{index}\n{key}", db.table("index_entries"));
             let lock_params: [&(dyn ToSql + Sync); 1] = [&lock_key];
             let holder_params: [&(dyn ToSql + Sync); 2] = [&index, &key];
-            let (locked, rows) = db.block_on(async {
+            let (locked, rows) = rt.block_on(async {
                 futures_util::join!(
                     conn.client.query(&conn.st.index_lock, &lock_params),
                     conn.client.query(&conn.st.index_holder, &holder_params)
