@@ -234,7 +234,7 @@ describe.runIf(needsPostgres())('postgresWorld with many processes and a real se
     const lines = await Promise.all(Array.from({ length: 4 }, (_, i) => runChild('append-child.cjs', [`pg:${schema}`, `run_open${i}`, '3', `p${i}`])));
     expect(lines.every((l) => l.at(-1) === 'done')).toBe(true);
     const version = await withPg((c) => c.query(`SELECT version, application FROM "${schema}".world_schema`));
-    expect(version.rows).toEqual([{ version: 2, application: 'little-workflow' }]);
+    expect(version.rows).toEqual([{ version: 3, application: 'little-workflow' }]);
 
     await withPg((c) => c.query(`UPDATE "${schema}".world_schema SET version = 99`));
     const newer = await rejection(appendEvent(open(schema), 'run_x', step(1)));

@@ -3,13 +3,15 @@
 // 'full'), interleaved, in several rounds; prints medians, native/baseline ratios, the event-loop
 // stall during (b) and peak RSS. Asserts nothing. Build the TypeScript first (`npm run bench:build`).
 //
-//   node scripts/with-postgres.mjs 'node bench/postgres.mjs [--rounds N] [--only a,b,b2,d,e] [--quick]'
+//   node scripts/with-postgres.mjs 'node bench/postgres.mjs [--rounds N] [--only a,b,b2,d,e,e0] [--quick]'
 //
 // (a) 1 run, 10,000 appends awaited one by one, 300-byte payloads
 // (b) 64 runs x 1,000 appends at once          (b2) the same split across 2 processes at once
 // (d) listEvents of a 100,000-event run        (e) materializeRunState of a 100,000-event run
+// (e0) (e) with the run's fold snapshots removed, so the native fold reads the whole log
 // Every measurement runs in a fresh child process (bench/pg-scenario.mjs) on a fresh schema, dropped
-// after; (d) and (e) read a run prepared once per world. The server is LITTLE_TEST_DATABASE_URL's.
+// after; (d) and (e) read a run prepared once per world, (e0) a second one whose snapshots are
+// deleted after it is prepared. The server is LITTLE_TEST_DATABASE_URL's.
 // --quick: a tenth of the events everywhere, for trying it out. --only-baseline: the baseline alone
 // (no ratios), for a build without postgresWorld.
 import { execFileSync, spawn } from 'node:child_process';
@@ -25,7 +27,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const { values } = parseArgs({
   options: {
     rounds: { type: 'string', default: '3' },
-    only: { type: 'string', default: 'a,b,b2,d,e' },
+    only: { type: 'string', default: 'a,b,b2,d,e,e0' },
     quick: { type: 'boolean', default: false },
     'only-baseline': { type: 'boolean', default: false },
   },
@@ -54,6 +56,7 @@ const NAMES = {
   b2: `(b) split across 2 processes, combined`,
   d: `(d) listEvents, ${N.big / 1000}k events`,
   e: `(e) materializeRunState, ${N.big / 1000}k events`,
+  e0: `(e) without a fold snapshot`,
 };
 const TARGET = { a: 1, b: 5, d: 2, e: 5 };
 const unknown = scenarios.filter((s) => !(s in NAMES));
@@ -118,6 +121,8 @@ async function split(kind, schema) {
 
 function measure(kind, s, round) {
   if (s === 'd' || s === 'e') return Promise.resolve(child(kind, `${prefix}_ds_${kind}`, [s, String(N.big)]));
+  // The baseline keeps no snapshots: its (e0) is its (e), on the same run.
+  if (s === 'e0') return Promise.resolve(child(kind, `${prefix}_${kind === 'native' ? 'ds0' : 'ds'}_${kind}`, ['e', String(N.big)]));
   const schema = `${prefix}_${s}_${kind}_${round}`;
   const run = s === 'b2' ? split(kind, schema) : Promise.resolve(child(kind, schema, s === 'a' ? ['a', String(N.a)] : ['b', String(N.runs), String(N.per), 'b']));
   return run.finally(() => drop(schema));
@@ -130,12 +135,20 @@ try {
   );
   console.log(`machine: ${machine()}`);
   console.log(`server: ${settings.rows.map((r) => `${r.name}=${r.setting}`).join(', ')}`);
-  if (scenarios.includes('d') || scenarios.includes('e')) {
+  const sets = [
+    ...(['d', 'e', 'e0'].some((x) => scenarios.includes(x)) ? ['ds'] : []),
+    ...(scenarios.includes('e0') && kinds.includes('native') ? ['ds0'] : []),
+  ];
+  if (sets.length > 0) {
     process.stdout.write(`preparing the ${N.big.toLocaleString('en-US')}-event runs... `);
-    for (const kind of kinds) {
-      const t0 = performance.now();
-      child(kind, `${prefix}_ds_${kind}`, ['prepare', String(N.big)]);
-      process.stdout.write(`${kind} ${((performance.now() - t0) / 1000).toFixed(0)} s `);
+    for (const set of sets) {
+      for (const kind of set === 'ds0' ? ['native'] : kinds) {
+        const t0 = performance.now();
+        const schema = `${prefix}_${set}_${kind}`;
+        child(kind, schema, ['prepare', String(N.big)]);
+        if (set === 'ds0' && kind === 'native') await admin.query(`DELETE FROM "${schema}".fold_snapshots`);
+        process.stdout.write(`${set} ${kind} ${((performance.now() - t0) / 1000).toFixed(0)} s `);
+      }
     }
     console.log('done');
   }

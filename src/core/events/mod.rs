@@ -892,6 +892,15 @@ fn append_one<'b>(
     Ok(envelope)
 }
 
+/// The sequence of a canonical envelope: its last `,"sequence":` (the type after it is a string
+/// literal, whose quotes are escaped) is followed by it.
+pub fn sequence_of(envelope: &str) -> Option<u64> {
+    const FIELD: &str = ",\"sequence\":";
+    let at = envelope.rfind(FIELD)? + FIELD.len();
+    let digits = envelope[at..].split(',').next()?;
+    digits.parse().ok()
+}
+
 /// Everything of an envelope but its payload. The canonical envelope is
 /// `{[key,][digest,]"eventId":…,"payload":<payload>,"recordedAt":…,"runId":…,"sequence":…,"type":…}`
 /// (its keys are ASCII, in sorted order); this writes the parts before and after the payload, for

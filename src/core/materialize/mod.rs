@@ -17,6 +17,7 @@
 //!   another `manifestHash`, or a hash that is not sha256 of the canonical manifest, is drift.
 
 pub mod pricing;
+pub mod snapshot;
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
@@ -127,10 +128,14 @@ pub struct Fold<'p> {
     outer_loop: Option<Value>,
     event_count: u64,
     last_recorded_at: Option<String>,
+    /// The event id of the last event folded, which a snapshot of this state names.
+    last_event_id: String,
 }
 
 #[derive(Deserialize)]
 struct Envelope<'a> {
+    #[serde(rename = "eventId", borrow)]
+    event_id: Cow<'a, str>,
     #[serde(rename = "runId", borrow)]
     run_id: Cow<'a, str>,
     sequence: u64,
@@ -292,6 +297,7 @@ impl<'p> Fold<'p> {
             outer_loop: None,
             event_count: 0,
             last_recorded_at: None,
+            last_event_id: String::new(),
         }
     }
 
@@ -301,14 +307,16 @@ impl<'p> Fold<'p> {
         self.apply(
             &env.run_id,
             env.sequence,
+            &env.event_id,
             &env.event_type,
             &env.recorded_at,
             env.payload.get(),
         )
     }
 
-    /// Fold one event of a parsed envelope: its run, sequence, type, `recordedAt` and payload.
-    fn apply(&mut self, run_id: &str, sequence: u64, t: &str, at: &str, payload: &str) -> Result<()> {
+    /// Fold one event of a parsed envelope: its run, sequence, event id, type, `recordedAt` and
+    /// payload.
+    fn apply(&mut self, run_id: &str, sequence: u64, event_id: &str, t: &str, at: &str, payload: &str) -> Result<()> {
         let expected = self.event_count + 1;
         if run_id != self.run_id {
             return Err(self.corrupt(expected, format!("envelope belongs to {run_id}")));
@@ -317,6 +325,8 @@ impl<'p> Fold<'p> {
             return Err(self.corrupt(expected, format!("found sequence {sequence}; the log is not dense")));
         }
         self.event_count = expected;
+        self.last_event_id.clear();
+        self.last_event_id.push_str(event_id);
         self.collect_artifacts(payload);
         if !is_folded(t) {
             self.last_recorded_at = Some(at.to_string());
@@ -722,20 +732,23 @@ const PIPELINE_AT: u64 = 8192;
 const BATCH: usize = 512;
 
 /// Parsed envelopes in transit: their strings, end to end, and per event its sequence and where
-/// its run id, type, `recordedAt` and payload end in `text`.
+/// its run id, event id, type, `recordedAt` and payload end in `text`.
 #[derive(Default)]
 struct Batch {
     text: String,
-    events: Vec<(u64, [usize; 4])>,
+    events: Vec<(u64, [usize; 5])>,
 }
 
 impl Batch {
     fn push(&mut self, env: &Envelope<'_>) {
-        let mut ends = [0; 4];
-        for (end, piece) in ends
-            .iter_mut()
-            .zip([&*env.run_id, &*env.event_type, &*env.recorded_at, env.payload.get()])
-        {
+        let mut ends = [0; 5];
+        for (end, piece) in ends.iter_mut().zip([
+            &*env.run_id,
+            &*env.event_id,
+            &*env.event_type,
+            &*env.recorded_at,
+            env.payload.get(),
+        ]) {
             self.text.push_str(piece);
             *end = self.text.len();
         }
@@ -744,9 +757,16 @@ impl Batch {
 
     fn fold_into(&self, fold: &mut Fold<'_>) -> Result<()> {
         let mut start = 0;
-        for &(sequence, [run, t, at, payload]) in &self.events {
+        for &(sequence, [run, id, t, at, payload]) in &self.events {
             let s = &self.text;
-            fold.apply(&s[start..run], sequence, &s[run..t], &s[t..at], &s[at..payload])?;
+            fold.apply(
+                &s[start..run],
+                sequence,
+                &s[run..id],
+                &s[id..t],
+                &s[t..at],
+                &s[at..payload],
+            )?;
             start = payload;
         }
         Ok(())
@@ -771,18 +791,31 @@ pub fn model_key(provider: &str, model_id: &str) -> String {
     key
 }
 
-/// Fold a run straight from a store's rows. A long run is folded by two threads, since the
-/// JavaScript thread only waits meanwhile: one reads the rows and parses the envelopes (about half
-/// the work), handing them over in batches, while the other folds them in order.
+/// Fold a run straight from a store's rows, from its latest snapshot where the store keeps them
+/// (see [`snapshot`]).
 pub fn fold_stored(reader: &dyn crate::core::store::LogReader, run_id: &str, pricing: &Pricing) -> Result<String> {
-    let mut fold = Fold::new(run_id, pricing);
-    if reader.last_sequence(run_id)? >= PIPELINE_AT {
+    Ok(fold_from_store(reader, run_id, pricing)?.state_json())
+}
+
+/// The fold of a run's stored events: from its latest usable snapshot, then the events after it.
+/// A long stretch is folded by two threads, since the JavaScript thread only waits meanwhile: one
+/// reads the rows and parses the envelopes (about half the work), handing them over in batches,
+/// while the other folds them in order.
+fn fold_from_store<'p>(
+    reader: &dyn crate::core::store::LogReader,
+    run_id: &str,
+    pricing: &'p Pricing,
+) -> Result<Fold<'p>> {
+    let last = reader.last_sequence(run_id)?;
+    let mut fold = snapshot::resume(reader, run_id, pricing, last)?.unwrap_or_else(|| Fold::new(run_id, pricing));
+    let after = fold.event_count;
+    if last.saturating_sub(after) >= PIPELINE_AT {
         let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(4);
         let piped = std::thread::scope(|scope| {
             let reading = crate::core::runtime::start_scoped(scope, "little-world-fold", move || {
                 let mut batch = Batch::default();
-                let mut sequence = 0;
-                let read = reader.envelopes(run_id, 0, None, &mut |text| {
+                let mut sequence = after;
+                let read = reader.envelopes(run_id, after, None, &mut |text| {
                     sequence += 1;
                     batch.push(&parse_envelope(run_id, sequence, text)?);
                     if batch.events.len() == BATCH && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
@@ -808,11 +841,11 @@ pub fn fold_stored(reader: &dyn crate::core::store::LogReader, run_id: &str, pri
         });
         if let Some(folded) = piped {
             folded?;
-            return Ok(fold.state_json());
+            return Ok(fold);
         }
     }
-    reader.envelopes(run_id, 0, None, &mut |env| fold.push(env))?;
-    Ok(fold.state_json())
+    reader.envelopes(run_id, fold.event_count, None, &mut |env| fold.push(env))?;
+    Ok(fold)
 }
 
 #[cfg(test)]

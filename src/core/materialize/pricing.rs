@@ -188,6 +188,24 @@ impl Pricing {
         }
     }
 
+    /// A text that two registries share exactly when they price every call alike: each model's
+    /// entries in order, and `asOf` (which a state names).
+    pub fn fingerprint(&self) -> String {
+        let mut models: Vec<_> = self.rates.iter().collect();
+        models.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = format!("asOf {:?}\n", self.as_of);
+        for ((provider, model), entries) in models {
+            out.push_str(&format!("{provider:?} {model:?}"));
+            for (from, r) in entries {
+                let from = from.map_or("-".to_string(), |(s, n)| format!("{s}.{n}"));
+                let cache = r.cache_read.map_or("-".to_string(), |c| c.to_string());
+                out.push_str(&format!(" [{from} {} {} {cache}]", r.input, r.output));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
     /// Rates of a model as they stand now (its latest entry), if the registry prices it.
     pub fn rates(&self, provider: &str, model_id: &str) -> Option<Rates> {
         self.rates

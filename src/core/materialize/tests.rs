@@ -400,3 +400,157 @@ fn a_long_listing_read_on_one_thread_at_the_thread_limit_holds_the_same_rows() {
     assert_eq!(alone, sequences);
     assert_eq!(alone_text, text);
 }
+
+/// The rows of `events` as [`stored_rows`] makes them, each with an event id of its own.
+fn rows_with_ids(run_id: &str, events: &[Value]) -> Vec<crate::core::store::StoredEvent> {
+    let mut rows = stored_rows(run_id, events);
+    for r in &mut rows {
+        r.event_id = format!("evt_{:016x}", r.sequence);
+        r.envelope = r.envelope.replacen("evt_0000000000000000", &r.event_id, 1);
+    }
+    rows
+}
+
+#[test]
+fn a_fold_resumed_from_a_snapshot_at_any_event_gives_the_same_state() {
+    let fx = fixture();
+    let pricing = Pricing::with_override(Some(&fx["pricing"].to_string())).unwrap();
+    let mut logs: Vec<(String, Vec<String>)> = fx["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|case| {
+            let run_id = case["runId"].as_str().unwrap();
+            (
+                run_id.to_string(),
+                envelopes(run_id, case["events"].as_array().unwrap()),
+            )
+        })
+        .collect();
+    let outer = [
+        json!({"type": "RunStarted", "payload": {"workflowVersionId": "wv1"}, "recordedAt": "2026-01-01T00:00:00.000Z"}),
+        json!({"type": "StepFailed", "payload": {"stepPath": "s", "error": {"message": "x"}}, "recordedAt": "2026-01-01T00:00:01.000Z"}),
+        json!({"type": "OuterLoopCycleCompleted", "payload": {"outerLoopId": "ol", "cycleNumber": 1, "supervise": {"kind": "continue"}},
+               "recordedAt": "2026-01-01T00:00:02.000Z"}),
+        json!({"type": "OuterLoopCycleCompleted", "payload": {"outerLoopId": "ol", "cycleNumber": 2,
+               "supervise": {"kind": "done", "finalOutput": {"a": [1]}}}, "recordedAt": "2026-01-01T00:00:03.000Z"}),
+    ];
+    logs.push(("run_outer".into(), envelopes("run_outer", &outer)));
+    logs.push((
+        "run_long".into(),
+        rows_with_ids("run_long", &long_run(120))
+            .into_iter()
+            .map(|r| r.envelope)
+            .collect(),
+    ));
+    for (run_id, log) in &logs {
+        let mut whole = Fold::new(run_id, &pricing);
+        for env in log {
+            whole.push(env).unwrap();
+        }
+        let want = whole.state_json();
+        for cut in 0..=log.len() {
+            let mut first = Fold::new(run_id, &pricing);
+            for env in &log[..cut] {
+                first.push(env).unwrap();
+            }
+            let text = first.snapshot_text();
+            let mut resumed = Fold::from_snapshot(run_id, &pricing, &text).unwrap();
+            // Everything the fold holds is in the snapshot: its text comes back the same.
+            assert_eq!(resumed.snapshot_text(), text, "{run_id} at {cut}");
+            for env in &log[cut..] {
+                resumed.push(env).unwrap();
+            }
+            assert_eq!(resumed.state_json(), want, "{run_id} resumed at {cut}");
+        }
+    }
+}
+
+#[test]
+fn a_snapshot_is_used_only_while_its_text_and_the_log_agree_with_it() {
+    use crate::core::store::memory::MemoryLog;
+    use crate::core::store::{FoldSnapshots, LogWriter, Scope, StoredSnapshot};
+    let pricing = Pricing::bundled();
+    let n = snapshot::SNAPSHOT_EVERY as usize + 40;
+    let rows = rows_with_ids("run_snap", &long_run(n));
+    let log = MemoryLog::new();
+    log.clone()
+        .transaction(&Scope::NONE, &mut |tx| {
+            rows.iter().try_for_each(|r| tx.insert(&r.as_ref()))
+        })
+        .unwrap();
+    let mut whole = Fold::new("run_snap", pricing);
+    for r in &rows {
+        whole.push(&r.envelope).unwrap();
+    }
+    let want = whole.state_json();
+    let key = snapshot::key(pricing);
+    assert_eq!(log.snapshot("run_snap", &key).unwrap(), None);
+    snapshot::take(&log, "run_snap", pricing).unwrap();
+    let taken = log.snapshot("run_snap", &key).unwrap().unwrap();
+    assert_eq!(taken.sequence, n as u64);
+    assert_eq!(fold_stored(&log, "run_snap", pricing).unwrap(), want);
+
+    // A snapshot whose digest holds is what the fold starts from: one that says the run has
+    // another status shows in the state.
+    let (_, body) = taken.state.split_once('\n').unwrap();
+    assert!(body.contains("\"status\":\"running\""), "{body}");
+    let forged = body.replacen("\"status\":\"running\"", "\"status\":\"failed\"", 1);
+    let with_digest = |body: &str, sequence: u64| StoredSnapshot {
+        sequence,
+        state: format!("{}\n{body}", crate::core::ids::sha256_tagged(body.as_bytes())),
+    };
+    let other = MemoryLog::new();
+    other
+        .clone()
+        .transaction(&Scope::NONE, &mut |tx| {
+            rows.iter().try_for_each(|r| tx.insert(&r.as_ref()))
+        })
+        .unwrap();
+    other
+        .put_snapshot("run_snap", &key, &with_digest(&forged, n as u64))
+        .unwrap();
+    assert!(fold_stored(&other, "run_snap", pricing)
+        .unwrap()
+        .contains("\"status\":\"failed\""));
+
+    // Passed over, and the log read from its start instead: a text that does not match its
+    // digest, one taken after an event the log does not have there, one past the log's end, and
+    // one folded with other prices.
+    let cases = [
+        StoredSnapshot {
+            sequence: n as u64,
+            state: taken
+                .state
+                .replacen("\"status\":\"running\"", "\"status\":\"failed\"", 1),
+        },
+        with_digest(
+            &forged.replacen(&format!("evt_{n:016x}"), "evt_00000000000000ff", 1),
+            n as u64,
+        ),
+        with_digest(
+            &forged.replacen(&format!("\"eventCount\":{n}"), &format!("\"eventCount\":{}", n + 1), 1),
+            n as u64 + 1,
+        ),
+    ];
+    for (i, bad) in cases.into_iter().enumerate() {
+        let log = MemoryLog::new();
+        log.clone()
+            .transaction(&Scope::NONE, &mut |tx| {
+                rows.iter().try_for_each(|r| tx.insert(&r.as_ref()))
+            })
+            .unwrap();
+        log.put_snapshot("run_snap", &key, &bad).unwrap();
+        assert_eq!(fold_stored(&log, "run_snap", pricing).unwrap(), want, "case {i}");
+    }
+    let priced = Pricing::with_override(Some(
+        r#"{"models":[{"provider":"nobody","modelId":"unpriced","inputPerMTok":1,"outputPerMTok":2}]}"#,
+    ))
+    .unwrap();
+    assert_ne!(snapshot::key(&priced), key);
+    let mut repriced = Fold::new("run_snap", &priced);
+    for r in &rows {
+        repriced.push(&r.envelope).unwrap();
+    }
+    assert_eq!(fold_stored(&other, "run_snap", &priced).unwrap(), repriced.state_json());
+}

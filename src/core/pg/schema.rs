@@ -16,7 +16,9 @@
 //! - `terminals`, `estimates`: as the SQLite schema's, for the run-event rules;
 //! - `artifacts`, `artifact_chunks`: manifests and their bytes in 1 MiB chunks;
 //! - `leases`: the locks, leased by the database's clock, with a fence that rises with each owner;
-//! - `outer_loops`: the outer-loop manifests.
+//! - `outer_loops`: the outer-loop manifests;
+//! - `index_entries`: the index entries appends write;
+//! - `fold_snapshots`: each run's latest fold snapshot per fold key, a cache.
 
 use super::Db;
 use crate::core::error::{Result, WorldError};
@@ -103,6 +105,14 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (name, key)
     );
     CREATE INDEX index_entries_by_value ON {s}.index_entries (name, value, key);",
+    // 3: fold snapshots, a cache beside the log (see `materialize::snapshot`).
+    "CREATE TABLE {s}.fold_snapshots (
+        run_id   text   NOT NULL,
+        fold_key text   NOT NULL,
+        sequence bigint NOT NULL,
+        state    text   NOT NULL,
+        PRIMARY KEY (run_id, fold_key)
+    );",
 ];
 
 /// This build's schema version.

@@ -4,8 +4,8 @@
 //! ever see committed rows, and a savepoint is a mark in the staged list.
 
 use super::{
-    IndexEntry, IndexQuery, KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StagedIndex, StoredEvent,
-    StreamSummary,
+    FoldSnapshots, IndexEntry, IndexQuery, KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StagedIndex,
+    StoredEvent, StoredSnapshot, StreamSummary,
 };
 use crate::core::error::{Result, WorldError};
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +32,8 @@ type Index = BTreeMap<(String, String), (String, String, u64)>;
 struct Store {
     streams: Streams,
     index: Index,
+    /// Fold snapshots by `(stream, key)`.
+    snapshots: HashMap<(String, String), StoredSnapshot>,
 }
 
 /// A shared in-memory store; clone the handle to get another writer or reader onto it.
@@ -245,7 +247,7 @@ fn apply(open: u64, amount: u64, released: bool) -> u64 {
 impl LogWriter for MemoryLog {
     fn transaction(&mut self, _scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         let mut store = self.lock();
-        let Store { streams, index } = &mut *store;
+        let Store { streams, index, .. } = &mut *store;
         let mut tx = MemoryTx {
             streams,
             index,
@@ -302,7 +304,33 @@ impl LogWriter for MemoryLog {
     }
 }
 
+impl FoldSnapshots for MemoryLog {
+    fn snapshot(&self, run_id: &str, key: &str) -> Result<Option<StoredSnapshot>> {
+        Ok(self
+            .lock()
+            .snapshots
+            .get(&(run_id.to_string(), key.to_string()))
+            .cloned())
+    }
+
+    fn put_snapshot(&self, run_id: &str, key: &str, snapshot: &StoredSnapshot) -> Result<()> {
+        let mut store = self.lock();
+        let kept = store
+            .snapshots
+            .entry((run_id.to_string(), key.to_string()))
+            .or_insert_with(|| snapshot.clone());
+        if kept.sequence < snapshot.sequence {
+            *kept = snapshot.clone();
+        }
+        Ok(())
+    }
+}
+
 impl LogReader for MemoryLog {
+    fn fold_snapshots(&self) -> Option<&dyn FoldSnapshots> {
+        Some(self)
+    }
+
     fn rows(
         &self,
         run_id: &str,

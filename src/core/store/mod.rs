@@ -270,6 +270,24 @@ pub struct Changes {
     pub streams: Option<Vec<String>>,
 }
 
+/// A fold snapshot as stored: the sequence it was taken at and its text (see
+/// [`crate::core::materialize::snapshot`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSnapshot {
+    pub sequence: u64,
+    pub state: String,
+}
+
+/// Snapshots of runs' folds, kept beside the log so that a fold need not read a long log from
+/// its start. A cache: never part of the log, checked against the log before it is used, and
+/// safe to lose. Each is kept under a key that names the fold's rules and prices.
+pub trait FoldSnapshots: Send + Sync {
+    /// The snapshot of `run_id` under `key`, if there is one.
+    fn snapshot(&self, run_id: &str, key: &str) -> Result<Option<StoredSnapshot>>;
+    /// Keep `snapshot` of `run_id` under `key`, unless one of a later sequence is kept already.
+    fn put_snapshot(&self, run_id: &str, key: &str, snapshot: &StoredSnapshot) -> Result<()>;
+}
+
 /// Word of what other processes commit, for a backend that hears of it as it happens (a database
 /// server's notifications). A hint only: what changed is always read from the store.
 pub trait Announcer: Send + Sync {
@@ -321,6 +339,10 @@ pub trait LogReader: Send + Sync {
     fn check_storage(&self, thorough: bool) -> Result<Vec<String>> {
         let _ = thorough;
         Ok(Vec::new())
+    }
+    /// Where this backend keeps fold snapshots, if it keeps them.
+    fn fold_snapshots(&self) -> Option<&dyn FoldSnapshots> {
+        None
     }
     /// How this backend hears of other processes' commits as they happen, if it does (else they
     /// are found by asking [`LogReader::changes`], as a local world does when its files change).

@@ -48,7 +48,7 @@ use runs::Statuses;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use threads::{prep_loop, spawn, writer_loop, AfterClose, Backlog, BacklogCloser, ReadOnlyLog, ToWriter};
+use threads::{prep_loop, spawn, writer_loop, AfterClose, Backlog, BacklogCloser, ReadOnlyLog, Snapshots, ToWriter};
 
 pub use append::{INLINE_PREP_MAX, INLINE_UNDER_LOAD_MAX};
 pub use threads::MAX_GROUP;
@@ -152,6 +152,13 @@ impl World {
             locks,
             outer_loops,
         } = parts;
+        let pricing = Arc::new(pricing);
+        let running: Arc<Running> = Arc::default();
+        let snapshots = (writer.is_some() && reader.fold_snapshots().is_some()).then(|| Snapshots {
+            reader: reader.clone(),
+            pricing: pricing.clone(),
+            running: running.clone(),
+        });
         let read_only = writer.is_none();
         let commits_quickly = writer.as_ref().is_none_or(|w| w.commits_quickly());
         let writer: SharedWriter = Arc::new(Mutex::new(Some(writer.unwrap_or_else(|| Box::new(ReadOnlyLog)))));
@@ -191,7 +198,15 @@ impl World {
             let closes = BacklogCloser(backlog.clone());
             spawn("little-world-writer", move || {
                 let _closes = closes;
-                writer_loop(write_rx, &writer, &artifacts, &*completer, &unsettled, &backlog)
+                writer_loop(
+                    write_rx,
+                    &writer,
+                    &artifacts,
+                    &*completer,
+                    &unsettled,
+                    &backlog,
+                    snapshots,
+                )
             })?;
         }
         Ok(World {
@@ -211,11 +226,11 @@ impl World {
                 artifacts,
                 locks: Arc::new(locks),
                 outer_loops: Arc::new(outer_loops),
-                pricing: Arc::new(pricing),
+                pricing,
                 completer,
                 writer,
                 statuses: Arc::default(),
-                running: Arc::default(),
+                running,
             }),
         })
     }

@@ -778,3 +778,55 @@ fn a_read_only_postgres_world_reads_what_others_commit_and_refuses_writes() {
     early.close(9).unwrap();
     wait_all(&rx, 3);
 }
+
+/// A world keeps a fold snapshot of a run each time it reaches a multiple of `SNAPSHOT_EVERY`
+/// events, taken in the background, and a fold then starts there.
+fn a_world_keeps_fold_snapshots(world: World, rx: &Done) {
+    use crate::core::materialize::snapshot::{key, SNAPSHOT_EVERY};
+    let n = SNAPSHOT_EVERY + 3;
+    for i in 0..n {
+        world.append(i, append("run_w", i as usize)).unwrap();
+    }
+    let done = wait_all(rx, n as usize);
+    assert!(done.iter().all(|(_, o)| o.is_ok()));
+    let snapshots = world.reader().fold_snapshots().expect("this store keeps snapshots");
+    let pricing = Pricing::default();
+    let key = key(&pricing);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let kept = loop {
+        if let Some(s) = snapshots.snapshot("run_w", &key).unwrap() {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "no snapshot was taken");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Taken at or after the event that reached it: the fold reads the run to its end.
+    assert!((SNAPSHOT_EVERY..=n).contains(&kept.sequence), "{}", kept.sequence);
+    // The fold from it is the fold of the whole log.
+    let mut whole = crate::core::materialize::Fold::new("run_w", &pricing);
+    world
+        .reader()
+        .envelopes("run_w", 0, None, &mut |e| whole.push(e))
+        .unwrap();
+    assert_eq!(
+        crate::core::materialize::fold_stored(&**world.reader(), "run_w", &pricing).unwrap(),
+        whole.state_json()
+    );
+    world.close(u64::MAX).unwrap();
+    wait_all(rx, 1);
+}
+
+#[test]
+fn a_virtual_world_keeps_fold_snapshots() {
+    let (c, rx) = channel();
+    a_world_keeps_fold_snapshots(World::open_virtual(Pricing::default(), c).unwrap(), &rx);
+}
+
+#[test]
+fn a_postgres_world_keeps_fold_snapshots() {
+    let Some(schema) = crate::core::pg::testing::test_schema() else {
+        return;
+    };
+    let (c, rx) = channel();
+    a_world_keeps_fold_snapshots(postgres_world(&schema, false, c), &rx);
+}

@@ -2,11 +2,13 @@
 //! run ahead of the writer.
 
 use super::append::{PrepMsg, WriteMsg};
+use super::{Ends, Running};
 use crate::core::artifacts::ArtifactStore;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, PreparedAppend};
-use crate::core::runtime::{panic_error, Completer, Output, Ticket};
+use crate::core::materialize::{pricing::Pricing, snapshot};
+use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket};
 use crate::core::store::{LogReader, LogTx, LogWriter, Scope};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -98,6 +100,43 @@ impl LogWriter for ReadOnlyLog {
     }
 }
 
+/// Takes a run's fold snapshot in the background (see [`crate::core::materialize::snapshot`]),
+/// counted as an operation running, so that a close waits for it.
+pub(super) struct Snapshots {
+    pub(super) reader: Arc<dyn LogReader>,
+    pub(super) pricing: Arc<Pricing>,
+    pub(super) running: Arc<Running>,
+}
+
+impl Snapshots {
+    /// After `outcomes` of `batch` committed: a snapshot of each run that has reached a multiple
+    /// of [`snapshot::SNAPSHOT_EVERY`] events.
+    fn after_commit(&self, batch: &[PreparedAppend], outcomes: &[events::AppendOutcome]) {
+        for (item, outcome) in batch.iter().zip(outcomes) {
+            let reached = outcome
+                .as_deref()
+                .ok()
+                .and_then(events::sequence_of)
+                .is_some_and(|s| s % snapshot::SNAPSHOT_EVERY == 0);
+            if reached {
+                self.take(item.run_id.clone());
+            }
+        }
+    }
+
+    fn take(&self, run_id: String) {
+        let (reader, pricing) = (self.reader.clone(), self.pricing.clone());
+        self.running.start();
+        let ends = Ends(self.running.clone());
+        // A snapshot is a cache: one not taken (at the thread limit, or on a failed read) only
+        // leaves folds reading further.
+        let _ = Pool::global().spawn(move || {
+            let _ends = ends;
+            let _ = snapshot::take(&*reader, &run_id, &pricing);
+        });
+    }
+}
+
 pub(super) fn writer_loop(
     rx: Receiver<WriteMsg>,
     writer: &Mutex<Option<Box<dyn LogWriter>>>,
@@ -105,6 +144,7 @@ pub(super) fn writer_loop(
     completer: &dyn Completer,
     unsettled: &AtomicUsize,
     backlog: &Backlog,
+    snapshots: Option<Snapshots>,
 ) {
     let mut tickets: Vec<Ticket> = Vec::new();
     let mut batch: Vec<PreparedAppend> = Vec::new();
@@ -157,6 +197,9 @@ pub(super) fn writer_loop(
                 batch.iter().map(|_| Err(e.clone())).collect()
             });
             drop(lent);
+            if let Some(s) = &snapshots {
+                s.after_commit(&batch, &outcomes);
+            }
             let done = tickets
                 .drain(..)
                 .zip(outcomes.into_iter().map(|o| o.map(Output::Json)))

@@ -12,7 +12,8 @@ use super::listen::Listener;
 use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
 use crate::core::store::{
-    Announcer, Changes, Dense, IndexEntry, IndexQuery, KeyedEvent, LogReader, RowRef, StreamSummary,
+    Announcer, Changes, Dense, FoldSnapshots, IndexEntry, IndexQuery, KeyedEvent, LogReader, RowRef, StoredSnapshot,
+    StreamSummary,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -277,6 +278,10 @@ impl LogReader for PgReader {
             .collect()
     }
 
+    fn fold_snapshots(&self) -> Option<&dyn FoldSnapshots> {
+        Some(self)
+    }
+
     fn announcer(&self) -> Option<Arc<dyn Announcer>> {
         let listener = self.listener.get_or_init(|| Listener::start(self.db.clone()));
         Some(listener.clone())
@@ -287,6 +292,45 @@ impl LogReader for PgReader {
             l.stop();
         }
         self.db.close();
+    }
+}
+
+impl FoldSnapshots for PgReader {
+    fn snapshot(&self, run_id: &str, key: &str) -> Result<Option<StoredSnapshot>> {
+        let rows = self.query(
+            "reading a fold snapshot",
+            &format!(
+                "SELECT sequence, state FROM {} WHERE run_id = $1 AND fold_key = $2",
+                self.db.table("fold_snapshots")
+            ),
+            &[&run_id, &key],
+        )?;
+        rows.first()
+            .map(|row| {
+                Ok(StoredSnapshot {
+                    sequence: col::<i64>(row, 0)? as u64,
+                    state: col(row, 1)?,
+                })
+            })
+            .transpose()
+    }
+
+    /// A world opened to read only writes nothing, snapshots included.
+    fn put_snapshot(&self, run_id: &str, key: &str, snapshot: &StoredSnapshot) -> Result<()> {
+        if self.db.options.read_only {
+            return Ok(());
+        }
+        self.query(
+            "keeping a fold snapshot",
+            &format!(
+                "INSERT INTO {0} AS f (run_id, fold_key, sequence, state) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (run_id, fold_key) DO UPDATE SET sequence = excluded.sequence, state = excluded.state \
+                 WHERE f.sequence < excluded.sequence",
+                self.db.table("fold_snapshots")
+            ),
+            &[&run_id, &key, &(snapshot.sequence as i64), &snapshot.state],
+        )?;
+        Ok(())
     }
 }
 

@@ -272,3 +272,39 @@ fn writers_appending_to_the_same_streams_in_any_order_never_wait_for_each_other_
     }
     assert!(remembered > 0);
 }
+
+#[test]
+fn a_schema_of_the_version_before_is_migrated_on_first_use() {
+    let Some(schema) = test_schema() else { return };
+    let (mut a, _b, _r) = two_writers(&schema);
+    commit(&mut a, vec![fact("run_v", "s1")]);
+    // What the version before this one left: no fold snapshots.
+    let db = schema.db();
+    let s = db.schema.clone();
+    let version = |db: &crate::core::pg::Db| {
+        db.block_on(async {
+            let c = db.connect().await.unwrap();
+            let row = c
+                .query_one(
+                    &format!("SELECT version, to_regclass('{s}.fold_snapshots') IS NOT NULL FROM {s}.world_schema"),
+                    &[],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, i32>(0), row.get::<_, bool>(1))
+        })
+    };
+    assert_eq!(version(&db), (crate::core::pg::schema::SCHEMA_VERSION, true));
+    db.block_on(async {
+        let c = db.connect().await.unwrap();
+        c.batch_execute(&format!(
+            "DROP TABLE {s}.fold_snapshots; UPDATE {s}.world_schema SET version = 2"
+        ))
+        .await
+        .unwrap();
+    });
+    // A world of this version opening it brings it up to date, and keeps what it held.
+    let mut fresh = PgWriter::new(schema.db()).unwrap();
+    assert_eq!(sequence(&commit(&mut fresh, vec![fact("run_v", "s2")])[0]), 2);
+    assert_eq!(version(&db), (3, true));
+}
