@@ -7,7 +7,8 @@ import { nativeOf, type World } from './worlds.js';
 export type VerifyProblem = {
   /**
    * `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `run-event-body` (of an
-   * event); `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
+   * event); `fold-snapshot` (a run's kept fold snapshot that is not the fold of its events);
+   * `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
    * `artifact-unreadable` (of an artifact the system would not let be read; its message says why).
    */
   readonly kind: string;

@@ -3,14 +3,16 @@
 //! First the store's own check of how it keeps the rows (see [`LogReader::check_storage`]: fast
 //! by default, thorough when asked). Then for each stream: sequences dense from 1, each stored
 //! envelope canonical JSON, its columns agreeing with its text, its event id and request digest
-//! matching its content, and every artifact it references present. For artifacts: each manifest
-//! against its id, each blob's size and sha256. Problems are collected, not thrown, so one run of
-//! verify reports all of them.
+//! matching its content, and every artifact it references present; and where the store keeps a
+//! fold snapshot of the stream under the world's key, that it is the fold of the stream's events
+//! up to its sequence. For artifacts: each manifest against its id, each blob's size and sha256.
+//! Problems are collected, not thrown, so one run of verify reports all of them.
 
 use crate::core::artifacts::ArtifactStore;
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::shape;
+use crate::core::materialize::{pricing::Pricing, snapshot, Fold};
 use crate::core::store::{LogReader, RowRef};
 use serde::Serialize;
 use serde_json::Value;
@@ -21,7 +23,7 @@ use std::collections::BTreeSet;
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     /// `store` (the store's own check), `hole`, `not-canonical`, `row-mismatch`, `event-id`,
-    /// `unreadable`, `run-event-body`,
+    /// `unreadable`, `run-event-body`, `fold-snapshot`,
     /// `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
     /// `artifact-unreadable` (the system would not let it be read: permissions, I/O errors).
     pub kind: &'static str,
@@ -47,7 +49,13 @@ pub struct Report {
 
 /// Verify one stream (`Some(run)`) and the artifacts it references, or every stream and every
 /// artifact (`None`); the store's own check runs either way, `thorough` or fast.
-pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&str>, thorough: bool) -> Result<Report> {
+pub fn verify(
+    reader: &dyn LogReader,
+    artifacts: &ArtifactStore,
+    pricing: &Pricing,
+    run: Option<&str>,
+    thorough: bool,
+) -> Result<Report> {
     let mut problems: Vec<Problem> = reader
         .check_storage(thorough)?
         .into_iter()
@@ -85,9 +93,37 @@ pub fn verify(reader: &dyn LogReader, artifacts: &ArtifactStore, run: Option<&st
     };
     let mut events = 0;
     let mut referenced = BTreeSet::new();
+    let key = snapshot::key(pricing);
     for stream in &streams {
         let mut expected = 1u64;
+        // The stream's snapshot, checked against the fold of its rows as they are read.
+        let kept = reader
+            .fold_snapshots()
+            .map(|s| s.snapshot(stream, &key))
+            .transpose()?
+            .flatten();
+        let mut fold = kept.as_ref().map(|_| Fold::new(stream, pricing));
         let read = reader.rows(stream, 0, None, &mut |row| {
+            if let (Some(f), Some(k)) = (&mut fold, &kept) {
+                // A row the fold cannot take is reported below as what it is.
+                if f.push(row.envelope).is_err() {
+                    fold = None;
+                } else if row.sequence == k.sequence {
+                    if f.snapshot_text() != k.state {
+                        problems.push(Problem {
+                            kind: "fold-snapshot",
+                            run_id: Some(stream.clone()),
+                            sequence: Some(k.sequence),
+                            artifact_id: None,
+                            message: format!(
+                                "the run's fold snapshot at sequence {} is not the fold of its events up to there",
+                                k.sequence
+                            ),
+                        });
+                    }
+                    fold = None;
+                }
+            }
             events += 1;
             if row.sequence != expected {
                 problems.push(Problem {

@@ -325,7 +325,14 @@ fn verify_reports_an_unreadable_artifact_and_goes_on() {
     std::os::unix::fs::symlink(blob(&a), blob(&a)).unwrap();
     fs::write(blob(&b), b"BBBB").unwrap();
     let reader = crate::core::store::memory::MemoryLog::new();
-    let report = crate::core::verify::verify(&reader, &store, None, false).unwrap();
+    let report = crate::core::verify::verify(
+        &reader,
+        &store,
+        &crate::core::materialize::pricing::Pricing::default(),
+        None,
+        false,
+    )
+    .unwrap();
     let mut kinds: Vec<(&str, String)> = report
         .problems
         .iter()

@@ -737,6 +737,7 @@ fn scope_of(batch: &[PreparedAppend]) -> Scope<'_> {
         if item.estimate.is_some() {
             scope.estimates.push(run);
         }
+        scope.stores_artifacts |= item.spill.is_some();
     }
     scope
 }

@@ -554,3 +554,25 @@ fn a_snapshot_is_used_only_while_its_text_and_the_log_agree_with_it() {
     }
     assert_eq!(fold_stored(&other, "run_snap", &priced).unwrap(), repriced.state_json());
 }
+
+#[test]
+fn the_fold_version_names_what_the_fold_computes() {
+    // Snapshots of another FOLD_VERSION are not used, so a change to what the fold computes or
+    // keeps must raise it: this digest of the fixture's snapshots changes with any such change.
+    let fx = fixture();
+    let pricing = Pricing::with_override(Some(&fx["pricing"].to_string())).unwrap();
+    let mut all = format!("version {}\n", snapshot::FOLD_VERSION);
+    for case in fx["cases"].as_array().unwrap() {
+        let run_id = case["runId"].as_str().unwrap();
+        let mut fold = Fold::new(run_id, &pricing);
+        for env in envelopes(run_id, case["events"].as_array().unwrap()) {
+            fold.push(&env).unwrap();
+            all.push_str(&fold.snapshot_text());
+        }
+    }
+    assert_eq!(
+        crate::core::ids::sha256_tagged(all.as_bytes()),
+        "sha256:cdeb91b291889be55c52b30559ba9521409eed6a446a123a90fd4d3ee5eb76be",
+        "what the fold computes or keeps changed: raise FOLD_VERSION, then update this digest"
+    );
+}

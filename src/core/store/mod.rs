@@ -215,6 +215,10 @@ pub struct Scope<'a> {
     pub nodes: Vec<(&'a str, &'a str)>,
     /// Streams whose budget estimates are asked.
     pub estimates: Vec<&'a str>,
+    /// Whether an append of the group stores an artifact once its checks against the stored rows
+    /// pass: those checks must then be made on what is stored, never on what a backend remembers,
+    /// or an append refused after all would leave its artifact behind.
+    pub stores_artifacts: bool,
 }
 
 impl Scope<'_> {
@@ -224,6 +228,7 @@ impl Scope<'_> {
         keys: Vec::new(),
         nodes: Vec::new(),
         estimates: Vec::new(),
+        stores_artifacts: false,
     };
 }
 

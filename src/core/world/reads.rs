@@ -146,8 +146,9 @@ impl World {
         }
         let reader = self.inner.reader.clone();
         let artifacts = self.inner.artifacts.clone();
+        let pricing = self.inner.pricing.clone();
         self.run(ticket, move || {
-            let report = crate::core::verify::verify(&*reader, &artifacts, run_id.as_deref(), thorough)?;
+            let report = crate::core::verify::verify(&*reader, &artifacts, &pricing, run_id.as_deref(), thorough)?;
             Ok(Output::Json(
                 serde_json::to_string(&report).expect("a report serializes"),
             ))

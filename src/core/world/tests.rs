@@ -812,6 +812,26 @@ fn a_world_keeps_fold_snapshots(world: World, rx: &Done) {
         crate::core::materialize::fold_stored(&**world.reader(), "run_w", &pricing).unwrap(),
         whole.state_json()
     );
+    // Verify holds the snapshot against the fold of the events, and names one that is not.
+    let verify = || crate::core::verify::verify(&**world.reader(), world.artifacts(), &pricing, None, false).unwrap();
+    let report = verify();
+    assert!(report.ok, "{:?}", report.problems);
+    let (_, body) = kept.state.split_once('\n').unwrap();
+    let forged = body.replacen("\"attempts\":1", "\"attempts\":7", 1);
+    assert_ne!(forged, body);
+    let forged = crate::core::store::StoredSnapshot {
+        sequence: kept.sequence + 1,
+        state: format!("{}\n{forged}", crate::core::ids::sha256_tagged(forged.as_bytes())),
+    };
+    // Under a later sequence, so that it replaces the one kept (its fields say the earlier one),
+    // and with the run long enough to reach it.
+    snapshots.put_snapshot("run_w", &key, &forged).unwrap();
+    for i in 0..2 {
+        world.append(n + i, append("run_w", i as usize)).unwrap();
+    }
+    assert!(wait_all(rx, 2).iter().all(|(_, o)| o.is_ok()));
+    let kinds: Vec<&str> = verify().problems.iter().map(|p| p.kind).collect();
+    assert_eq!(kinds, ["fold-snapshot"]);
     world.close(u64::MAX).unwrap();
     wait_all(rx, 1);
 }

@@ -659,9 +659,11 @@ impl LogWriter for PgWriter {
 
 impl PgWriter {
     /// Whether a group on `runs` can start from what the writer remembers: it has committed to
-    /// each of them, and knows the estimates of those whose estimates the group asks.
+    /// each of them, knows the estimates of those whose estimates the group asks, and no append
+    /// stores an artifact on the strength of its checks.
     fn remembers(&self, runs: &[String], scope: &Scope<'_>) -> bool {
-        runs.iter().all(|r| self.tails.contains_key(r))
+        !scope.stores_artifacts
+            && runs.iter().all(|r| self.tails.contains_key(r))
             && scope
                 .estimates
                 .iter()
