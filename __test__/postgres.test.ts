@@ -87,24 +87,65 @@ describe.runIf(needsPostgres())('postgresWorld with many processes and a real se
         (e) => void resolved.set(`k${i}`, e.sequence),
         (err: { code?: string }) => void rejected.push(`k${i} ${err.code}`),
       );
-    // Waves of 50 appends keep the writer in its transactions; meanwhile its connection is ended
-    // whenever it is in the middle of one (running a statement, or between its round trips).
+    // Waves of 50 appends keep the writer in its transactions, and its connection is ended two
+    // ways, in turns. In even waves, for certain: the test holds the events table, so the
+    // writer's insert waits on that lock inside its transaction until the test ends its
+    // connection there. In odd waves, whenever it is in the middle of a transaction (running a
+    // statement, or between round trips), which catches some at their COMMIT.
+    const session = `little_workflow ${schema}`;
     let settled = false;
-    const appends = (async () => {
-      for (let wave = 0; wave < 12; wave++) await Promise.all(Array.from({ length: 50 }, (_, j) => appendKeyed(wave * 50 + j)));
-      settled = true;
-    })();
+    let oddWave = false;
+    let oddKill: Promise<unknown> = Promise.resolve();
     let terminated = 0;
-    await withPg(async (c) => {
-      while (!settled) {
-        const ended = (await c.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND state IN ('active', 'idle in transaction')", [`little_workflow ${schema}`])).rowCount ?? 0;
-        terminated += ended;
-        await new Promise((r) => setTimeout(r, 1));
-      }
+    let heldWaves = 0;
+    await withPg(async (holder) => {
+      const appends = (async () => {
+        try {
+          for (let wave = 0; wave < 12; wave++) {
+            const hold = wave % 2 === 0;
+            oddWave = !hold;
+            if (hold) {
+              await oddKill; // the odd waves' loop has stopped: only the wait below ends this one
+              await holder.query('BEGIN');
+              await holder.query(`LOCK TABLE "${schema}".events IN EXCLUSIVE MODE`);
+            }
+            let waveSettled = false;
+            const batch = Promise.all(Array.from({ length: 50 }, (_, j) => appendKeyed(wave * 50 + j))).finally(() => (waveSettled = true));
+            if (hold) {
+              await withPg(async (c) => {
+                while (!waveSettled) {
+                  const ended = (await c.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [session])).rowCount ?? 0;
+                  terminated += ended;
+                  if (ended > 0) {
+                    heldWaves++;
+                    return;
+                  }
+                  await new Promise((r) => setTimeout(r, 2));
+                }
+              });
+              await holder.query('COMMIT');
+            }
+            await batch;
+          }
+        } finally {
+          settled = true;
+        }
+      })();
+      await withPg(async (c) => {
+        while (!settled) {
+          if (oddWave) {
+            const kill = c.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND state IN ('active', 'idle in transaction')", [session]);
+            oddKill = kill;
+            terminated += (await kill).rowCount ?? 0;
+          }
+          await new Promise((r) => setTimeout(r, 1));
+        }
+      });
+      await appends;
     });
-    await appends;
-    expect(terminated).toBeGreaterThan(0);
-    console.log(`terminate test: ${terminated} connections ended mid-transaction, ${rejected.length} of 600 appends rejected`);
+    expect(heldWaves).toBe(6);
+    expect(terminated).toBeGreaterThanOrEqual(6);
+    console.log(`terminate test: ${terminated} connections ended mid-transaction (${heldWaves} waiting on the held table), ${rejected.length} of 600 appends rejected`);
     // A lost connection is a typed rejection, never a crash or another kind of error.
     for (const r of rejected) expect(r).toMatch(/ WORLD_IO$/);
     // Retrying what was rejected, with its key, settles each unknown outcome.
