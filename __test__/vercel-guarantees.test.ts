@@ -9,6 +9,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createWorld } from '@little-workflow/world/vercel';
+import { listEvents, listIndexEntries, localWorld } from '@little-workflow/world';
 import { packageRoot, tempDir } from './helpers';
 
 const serverScript = join(dirname(createRequire(__filename).resolve('@workflow/world-testing')), 'server.mjs');
@@ -95,6 +96,25 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
 }
 
 /**
+ * What to look at when a run does not complete: its events, the queue's pending messages with
+ * each delivery's outcome, and what the servers printed.
+ */
+async function explain(world: Sdk, dataDir: string, runId: string, servers: Server[]): Promise<string> {
+  const events = (await eventsOf(world, runId)).map((e) => `${e.eventType}${e.correlationId ? ` ${e.correlationId}` : ''}`);
+  const store = localWorld({ dataDir, readOnly: true });
+  try {
+    const pending = [];
+    for (const entry of await listIndexEntries(store, 'workflow.queue.pending', { limit: 1000 })) {
+      const log = await listEvents(store, `run_wq_${entry.key}`);
+      pending.push(`${entry.key} ${entry.value}: ${log.map((e) => `${e.type.replace('workflow.queue.', '')} ${JSON.stringify({ ...e.payload, body: undefined })}`).join(' / ')}`);
+    }
+    return `events of ${runId}:\n  ${events.join('\n  ')}\npending messages:\n  ${pending.join('\n  ')}${servers.map((s, i) => `\noutput of server ${i + 1} (end):\n${s.output().slice(-4000)}`).join('')}`;
+  } finally {
+    await store.close();
+  }
+}
+
+/**
  * The rules world-local's users have seen broken: one `*_created` per entity, a step's events in
  * lifecycle order (never started after completed), nothing after the run's terminal event, and
  * event ids in the order of the log.
@@ -171,6 +191,7 @@ describe('the Vercel World, beyond the conformance suite', () => {
       await new Promise((r) => setTimeout(r, 100 + Math.random() * 300));
       const acknowledged = await Promise.all(runIds.map((id) => eventsOf(reader, id)));
       await kill(server);
+      const killed = server;
       // The sleep of one second was still going when the process died.
       expect(acknowledged[0].map((e) => e.eventType)).not.toContain('run_completed');
       server = await startServer(dataDir);
@@ -178,6 +199,8 @@ describe('the Vercel World, beyond the conformance suite', () => {
         const run = await until(`${runId} to complete`, async () => {
           const r = await reader.runs.get(runId);
           return r.status === 'completed' || r.status === 'failed' ? r : undefined;
+        }).catch(async (err: Error) => {
+          throw new Error(`${err.message}\n${await explain(reader, dataDir, runId, [killed, server])}`);
         });
         expect(run.status).toBe('completed');
         const events = await eventsOf(reader, runId);
