@@ -32,7 +32,7 @@ export type VercelWorldOptions = {
 /** A World of the Workflow SDK, with an in-process handler hook as world-local has. */
 export type VercelWorld = SdkWorld & {
   registerHandler(prefix: string, handler: (req: Request) => Promise<Response>): void;
-  /** Resume the queue's pending messages, and look for them every 5 s. */
+  /** Resume the queue's pending messages, and look for them every 5 s, also after a first look that failed. */
   start(): Promise<void>;
   /** Stop the queue and close the world if this World opened it. */
   close(): Promise<void>;

@@ -24,6 +24,7 @@ import {
   type EventEnvelope,
   type World,
 } from '@little-workflow/world';
+import { createWorld } from '@little-workflow/world/vercel';
 import { freshSchema, needsPostgres, ownCluster, packageRoot, postgresUrl, rejection, tempDir, track, withPg } from './helpers';
 
 const url = (): string => postgresUrl()!;
@@ -375,4 +376,36 @@ describe.runIf(needsPostgres())('postgresWorld through a server restart', () => 
       await cluster.stop();
     }
   }, 120_000);
+
+  it('a Vercel World started while the server is down delivers the pending messages once it is back', async () => {
+    const cluster = await ownCluster();
+    if (cluster === undefined) {
+      console.warn('SKIPPED: the start-while-down test needs a server that scripts/with-postgres.mjs starts; LITTLE_TEST_DATABASE_URL names one of its own');
+      return;
+    }
+    try {
+      const store = postgresWorld({ connectionString: cluster.url, schema: 'queue_outage' });
+      // A message left pending by a process that stopped before its delivery was due.
+      const before = createWorld({ world: store });
+      const { messageId } = await before.queue('__wkf_workflow_outage', { runId: 'wrun_outage' }, { delaySeconds: 1 });
+      await before.close();
+      await cluster.control.stop();
+      const after = createWorld({ world: store });
+      const delivered: string[] = [];
+      after.registerHandler('__wkf_workflow_', async (req) => {
+        delivered.push(req.headers.get('x-vqs-message-id')!);
+        return Response.json({ ok: true });
+      });
+      // The first look for pending messages fails; the World keeps looking.
+      expect((await rejection(after.start())).code).toBe('WORLD_IO');
+      await cluster.control.start();
+      const deadline = Date.now() + 20_000;
+      while (delivered.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(delivered).toEqual([messageId]);
+      await after.close();
+      await store.close();
+    } finally {
+      await cluster.stop();
+    }
+  }, 60_000);
 });

@@ -194,13 +194,17 @@ export class DurableQueue {
     this.direct.set(prefix, handler);
   }
 
-  /** Resume every pending message, and keep looking for ones other processes leave pending. */
+  /**
+   * Resume every pending message, and keep looking for ones other processes leave pending. The
+   * looking goes on when the first look fails (its error rejects this call): a store that cannot
+   * be reached at start is caught up with once it can.
+   */
   async start(): Promise<void> {
-    await this.sweep();
     if (this.sweeper === undefined && !this.closed) {
       this.sweeper = setInterval(() => void this.sweep().catch(() => {}), SWEEP_MS);
       this.sweeper.unref();
     }
+    await this.sweep();
   }
 
   async close(): Promise<void> {
