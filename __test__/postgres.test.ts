@@ -1,7 +1,7 @@
 // The PostgreSQL world with many processes on one database, and with the faults a real server
-// brings: processes racing one run and one key, lost connections, a server that restarts, a
-// transaction that commits late, a lock holder that dies, large artifacts, versioned schemas,
-// and the `little` command. The contract itself is checked by the conformance suite, which runs
+// brings: processes racing one run and one key, lost connections, a server that restarts (and
+// one that is down when a Vercel World's queue starts), a transaction that commits late, a lock
+// holder that dies, large artifacts, versioned schemas, and the `little` command. The contract itself is checked by the conformance suite, which runs
 // against this world too (see helpers.ts).
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -25,7 +25,7 @@ import {
   type World,
 } from '@little-workflow/world';
 import { createWorld } from '@little-workflow/world/vercel';
-import { freshSchema, needsPostgres, ownCluster, packageRoot, postgresUrl, rejection, tempDir, track, withPg } from './helpers';
+import { freshSchema, needsPostgres, ownCluster, type OwnCluster, packageRoot, postgresUrl, rejection, tempDir, track, withPg } from './helpers';
 
 const url = (): string => postgresUrl()!;
 const open = (schema: string, extra: Record<string, unknown> = {}): World => track(postgresWorld({ connectionString: url(), schema, ...extra }));
@@ -328,14 +328,26 @@ describe.runIf(needsPostgres())('postgresWorld with many processes and a real se
   }, 30_000);
 });
 
+/**
+ * Run `body` with a server of the test's own, stopped and removed afterwards; skipped, with a line
+ * saying so, when the test server is not one that scripts/with-postgres.mjs started.
+ */
+async function withOwnCluster(test: string, body: (cluster: OwnCluster) => Promise<void>): Promise<void> {
+  const cluster = await ownCluster();
+  if (cluster === undefined) {
+    console.warn(`SKIPPED: the ${test} test needs a server that scripts/with-postgres.mjs starts; LITTLE_TEST_DATABASE_URL names one of its own`);
+    return;
+  }
+  try {
+    await body(cluster);
+  } finally {
+    await cluster.stop();
+  }
+}
+
 describe.runIf(needsPostgres())('postgresWorld through a server restart', () => {
-  it('rejects appends with WORLD_IO while the server is down, succeeds after it is back without reopening, and loses nothing resolved', async () => {
-    const cluster = await ownCluster();
-    if (cluster === undefined) {
-      console.warn('SKIPPED: the restart test needs a server that scripts/with-postgres.mjs starts; LITTLE_TEST_DATABASE_URL names one of its own');
-      return;
-    }
-    try {
+  it('rejects appends with WORLD_IO while the server is down, succeeds after it is back without reopening, and loses nothing resolved', () =>
+    withOwnCluster('restart', async (cluster) => {
       const world = postgresWorld({ connectionString: cluster.url, schema: 'outage' });
       const resolved = new Map<number, number>();
       const codes = new Set<string>();
@@ -372,18 +384,10 @@ describe.runIf(needsPostgres())('postgresWorld through a server restart', () => 
       expect((await verifyWorld(world)).problems).toEqual([]);
       expect((await listRuns(world)).map((r) => r.runId)).toEqual(['run_outage']);
       await world.close();
-    } finally {
-      await cluster.stop();
-    }
-  }, 120_000);
+    }), 120_000);
 
-  it('a Vercel World started while the server is down delivers the pending messages once it is back', async () => {
-    const cluster = await ownCluster();
-    if (cluster === undefined) {
-      console.warn('SKIPPED: the start-while-down test needs a server that scripts/with-postgres.mjs starts; LITTLE_TEST_DATABASE_URL names one of its own');
-      return;
-    }
-    try {
+  it('a Vercel World started while the server is down delivers the pending messages once it is back', () =>
+    withOwnCluster('start-while-down', async (cluster) => {
       const store = postgresWorld({ connectionString: cluster.url, schema: 'queue_outage' });
       // A message left pending by a process that stopped before its delivery was due.
       const before = createWorld({ world: store });
@@ -404,8 +408,5 @@ describe.runIf(needsPostgres())('postgresWorld through a server restart', () => 
       expect(delivered).toEqual([messageId]);
       await after.close();
       await store.close();
-    } finally {
-      await cluster.stop();
-    }
-  }, 60_000);
+    }), 60_000);
 });
