@@ -150,6 +150,15 @@ impl Db {
         runtime().expect("started when the world opened").block_on(f)
     }
 
+    /// Run `f` as a task of the runtime, beside the connections' own tasks.
+    pub fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        runtime().expect("started when the world opened").spawn(f)
+    }
+
     /// A connection of the world's own (the writer's, the listener's), outside the pool.
     pub async fn connect(&self) -> Result<Client> {
         let (client, connection) = self

@@ -48,32 +48,83 @@ impl PgReader {
     }
 }
 
+/// Rows handed from the task that reads them to the thread that takes them, at a time.
+const ROWS_PER_BATCH: usize = 1024;
+
+/// A query's parameters, owned, so the task that runs it can outlive the caller's borrows.
+type Params = Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>>;
+
 impl PgReader {
     /// Run a query and hand each row to `each` as it arrives, so the rows are taken while the
-    /// server is still sending the rest.
+    /// server is still sending the rest. A task on the runtime reads the rows, next to the task
+    /// of the connection they arrive on, and hands them over in batches: a thread of the core
+    /// taking them straight off the connection would be woken every few rows, and on a long
+    /// listing those wake-ups cost about a third of the client's time.
     fn each_row(
         &self,
         doing: &'static str,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        sql: String,
+        params: Params,
         each: &mut dyn FnMut(&tokio_postgres::Row) -> Result<()>,
     ) -> Result<()> {
-        use futures_util::TryStreamExt;
-        let db = &self.db;
-        db.block_on(async {
+        let db = self.db.clone();
+        let (batches, mut taken) = tokio::sync::mpsc::channel::<Vec<tokio_postgres::Row>>(4);
+        let reading = self.db.spawn(async move {
+            use futures_util::TryStreamExt;
             let client = db.pooled().await?;
-            let statement = client.prepare_cached(sql).await.map_err(|e| db.error(doing, &e))?;
+            let statement = client.prepare_cached(&sql).await.map_err(|e| db.error(doing, &e))?;
             let rows = client
-                .query_raw(&statement, params.iter().copied())
+                .query_raw(
+                    &statement,
+                    params
+                        .iter()
+                        .map(|p| p.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync)),
+                )
                 .await
                 .map_err(|e| db.error(doing, &e))?;
             futures_util::pin_mut!(rows);
+            let mut batch = Vec::with_capacity(ROWS_PER_BATCH);
             while let Some(row) = rows.try_next().await.map_err(|e| db.error(doing, &e))? {
-                each(&row)?;
+                batch.push(row);
+                if batch.len() == ROWS_PER_BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(ROWS_PER_BATCH));
+                    if batches.send(full).await.is_err() {
+                        return Ok(()); // the taker stopped (its error is the call's)
+                    }
+                }
             }
-            Ok(())
-        })
+            if !batch.is_empty() {
+                let _ = batches.send(batch).await;
+            }
+            Ok::<(), WorldError>(())
+        });
+        let mut taking = Ok(());
+        while let Some(batch) = taken.blocking_recv() {
+            if let Err(e) = batch.iter().try_for_each(&mut *each) {
+                taking = Err(e);
+                break;
+            }
+        }
+        drop(taken);
+        let read = self.db.block_on(reading).unwrap_or_else(|e| {
+            Err(match e.try_into_panic() {
+                Ok(p) => crate::core::runtime::panic_error(p),
+                Err(e) => WorldError::RuntimeIntegrity {
+                    reason: format!("the read was stopped: {e}"),
+                },
+            })
+        });
+        taking.and(read)
     }
+}
+
+/// The parameters of a listing: the stream, the sequence it starts after, and how many at most.
+fn listing_params(run_id: &str, after: u64, limit: Option<u64>) -> Params {
+    vec![
+        Box::new(run_id.to_string()),
+        Box::new(after as i64),
+        Box::new(limit.map(|l| l.min(i64::MAX as u64) as i64)),
+    ]
 }
 
 impl LogReader for PgReader {
@@ -87,11 +138,11 @@ impl LogReader for PgReader {
         let mut dense = Dense::after(run_id, after);
         self.each_row(
             "listing events",
-            &format!(
+            format!(
                 "SELECT sequence, envelope FROM {} WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
                 self.db.table("events")
             ),
-            &[&run_id, &(after as i64), &limit.map(|l| l.min(i64::MAX as u64) as i64)],
+            listing_params(run_id, after, limit),
             &mut |row| {
                 dense.check(col::<i64>(row, 0)? as u64)?;
                 sink(col(row, 1)?)
@@ -109,12 +160,12 @@ impl LogReader for PgReader {
         let mut dense = Dense::after(run_id, after);
         self.each_row(
             "listing events",
-            &format!(
+            format!(
                 "SELECT sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope FROM {} \
                  WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
                 self.db.table("events")
             ),
-            &[&run_id, &(after as i64), &limit.map(|l| l.min(i64::MAX as u64) as i64)],
+            listing_params(run_id, after, limit),
             &mut |row| {
                 let sequence = col::<i64>(row, 0)? as u64;
                 dense.check(sequence)?;

@@ -1,6 +1,6 @@
 //! The writer's memory of its streams: a group on streams it has committed to commits in one
 //! round trip, and whatever another writer committed meanwhile is found at that commit and
-//! answered as the locks would answer it.
+//! answered as the locks would answer it. Also the reader's listing stopped part way.
 
 use super::PgWriter;
 use crate::core::error::Result;
@@ -307,4 +307,37 @@ fn a_schema_of_the_version_before_is_migrated_on_first_use() {
     let mut fresh = PgWriter::new(schema.db()).unwrap();
     assert_eq!(sequence(&commit(&mut fresh, vec![fact("run_v", "s2")])[0]), 2);
     assert_eq!(version(&db), (3, true));
+}
+
+#[test]
+fn a_listing_stopped_part_way_leaves_its_connection_fit_for_the_next() {
+    // The rows are read by a task on the runtime and handed over in batches; a taker that stops
+    // (a damaged row, say) stops that task with rows still coming, on the pool's one connection.
+    let Some(schema) = test_schema() else { return };
+    let db = crate::core::pg::Db::new(crate::core::pg::Options {
+        max_connections: 3,
+        ..schema.options()
+    })
+    .unwrap();
+    let mut w = PgWriter::new(db.clone()).unwrap();
+    // More rows than the batches the reading task may hold before the taker takes them.
+    for _ in 0..24 {
+        let out = commit(&mut w, (0..500).map(|_| fact("run_big", "s")).collect());
+        assert!(out.iter().all(|o| o.is_ok()));
+    }
+    let r = super::PgReader::new(db);
+    for stop_at in [5, 6000, 11_999] {
+        let mut seen = 0;
+        let err = r
+            .rows("run_big", 0, None, &mut |row| {
+                seen += 1;
+                if row.sequence == stop_at {
+                    return Err(crate::core::error::WorldError::validation("row", "stopped here"));
+                }
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!((err.code(), seen), ("EVENT_VALIDATION", stop_at));
+        assert_eq!(stored_sequences(&r, "run_big"), (1..=12_000).collect::<Vec<_>>());
+    }
 }
