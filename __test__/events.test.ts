@@ -120,7 +120,13 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
         expect(env.canonicalRequestDigest).toBeUndefined();
       }
     }
-    validateEventLogShape(await listEvents(world, 'run_ids'));
+    const listed = await listEvents(world, 'run_ids');
+    // Keyed and unkeyed envelopes alike are plain objects, keys in canonical order.
+    for (const env of listed) {
+      expect(Object.getPrototypeOf(env)).toBe(Object.prototype);
+      expect(Object.keys(env)).toEqual(Object.keys(JSON.parse(jcs(env))));
+    }
+    validateEventLogShape(listed);
   });
 
   it('stores long strings and strings that start with U+0000 exactly, wherever they sit', async () => {

@@ -104,14 +104,39 @@ const LAZY_PAYLOAD: PropertyDescriptor = {
   enumerable: true,
 };
 
+/**
+ * The fields of an envelope without an idempotency key, in canonical order. A constructor rather
+ * than an object literal: V8 sizes a constructor's objects for all the fields it goes on to add
+ * (the private fields of `LazyPayload` included), where a literal is sized for the properties it
+ * names and each later field goes to a separate, growing store. Its `prototype` is
+ * `Object.prototype`, so what it makes are plain objects.
+ */
+const PlainEnvelope = function (this: Record<string, unknown>, runId: string, sequence: number, eventId: string, recordedAt: string, type: string) {
+  this.eventId = eventId;
+  Object.defineProperty(this, 'payload', LAZY_PAYLOAD);
+  this.recordedAt = recordedAt;
+  this.runId = runId;
+  this.sequence = sequence;
+  this.type = type;
+} as unknown as new (runId: string, sequence: number, eventId: string, recordedAt: string, type: string) => object;
+PlainEnvelope.prototype = Object.prototype;
+
+/** The fields of an envelope with an idempotency key, in canonical order (see `PlainEnvelope`). */
+const KeyedEnvelope = function (this: Record<string, unknown>, runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string) {
+  this.appendIdempotencyKey = key;
+  this.canonicalRequestDigest = digest;
+  this.eventId = eventId;
+  Object.defineProperty(this, 'payload', LAZY_PAYLOAD);
+  this.recordedAt = recordedAt;
+  this.runId = runId;
+  this.sequence = sequence;
+  this.type = type;
+} as unknown as new (runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string) => object;
+KeyedEnvelope.prototype = Object.prototype;
+
 /** A frozen envelope whose payload is parsed and deep-frozen on first read. Keys in canonical order. */
 function lazyEnvelope(runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string, raw: string): EventEnvelope {
-  const e: Record<string, unknown> = key === '' ? { eventId } : { appendIdempotencyKey: key, canonicalRequestDigest: digest, eventId };
-  Object.defineProperty(e, 'payload', LAZY_PAYLOAD);
-  e.recordedAt = recordedAt;
-  e.runId = runId;
-  e.sequence = sequence;
-  e.type = type;
+  const e = key === '' ? new PlainEnvelope(runId, sequence, eventId, recordedAt, type) : new KeyedEnvelope(runId, sequence, eventId, recordedAt, type, key, digest);
   new LazyPayload(e, raw);
   return Object.freeze(e) as unknown as EventEnvelope;
 }
