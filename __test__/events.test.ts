@@ -99,6 +99,30 @@ describe.each(worldKinds)('event log on %s', (_name, makeWorld) => {
     validateEventLogShape(listed);
   });
 
+  it('lists a run long enough to be read in several parts as the same envelopes as its pages', async () => {
+    // From 40,000 events on, a listing is read in two halves at once, handed over as two parts.
+    const world = makeWorld();
+    const n = 40_050;
+    for (let i = 0; i < n; i += 1000) {
+      await Promise.all(
+        Array.from({ length: Math.min(1000, n - i) }, (_, j) =>
+          appendEvent(world, 'run_long', { type: (i + j) % 3 ? 'custom.a' : 'custom.b', payload: { i: i + j, s: 'é'.repeat((i + j) % 5) }, ...((i + j) % 2 ? { appendIdempotencyKey: `k${i + j}` } : {}) }),
+        ),
+      );
+    }
+    const all = await listEvents(world, 'run_long');
+    expect(all.length).toBe(n);
+    expect(Object.isFrozen(all)).toBe(true);
+    let paged: EventEnvelope[] = [];
+    for (let after = 0; after < n; after += 10_000) paged = paged.concat(await listEvents(world, 'run_long', { afterSequence: after, limit: 10_000 }));
+    const fields = (e: EventEnvelope) => [e.sequence, e.eventId, e.type, e.recordedAt, e.appendIdempotencyKey, e.canonicalRequestDigest].join(' ');
+    expect(all.map(fields)).toEqual(paged.map(fields));
+    for (const i of [0, 1, 19_999, 20_024, 20_025, 20_026, n - 1]) {
+      expect(all[i]).toEqual(paged[i]);
+      expect(all[i].payload).toEqual({ i, s: 'é'.repeat(i % 5) });
+    }
+  }, 60_000);
+
   it('computes eventId and canonicalRequestDigest as specified, for random payloads', async () => {
     const world = makeWorld();
     const next = seeded(42);

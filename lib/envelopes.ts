@@ -41,23 +41,31 @@ export function envelopeFromText(text: string): EventEnvelope {
 /** Numbers per row of a packed listing (see src/core/events/packed.rs). */
 const PACKED_STRIDE = 8;
 
-/** Envelopes out of a packed listing: `table` holds per row the sequence and where each piece starts in `text`. */
-export function unpack(runId: string, text: string, table: Buffer): EventEnvelope[] {
-  const t = new Float64Array(table.buffer, table.byteOffset, table.length / 8);
-  const n = t.length / PACKED_STRIDE;
+/**
+ * Envelopes out of a packed listing: `parts` holds, per part, its text and its table, which gives
+ * per row the sequence and where each piece starts in the text. One array is filled for all parts.
+ */
+export function unpack(runId: string, parts: readonly (string | Buffer)[]): EventEnvelope[] {
+  let n = 0;
+  for (let i = 1; i < parts.length; i += 2) n += (parts[i] as Buffer).length / 8 / PACKED_STRIDE;
   const out = new Array<EventEnvelope>(n);
-  for (let r = 0; r < n; r++) {
-    const b = r * PACKED_STRIDE;
-    out[r] = lazyEnvelope(
-      runId,
-      t[b],
-      text.slice(t[b + 1], t[b + 2]),
-      text.slice(t[b + 2], t[b + 3]),
-      text.slice(t[b + 3], t[b + 4]),
-      text.slice(t[b + 4], t[b + 5]),
-      text.slice(t[b + 5], t[b + 6]),
-      text.slice(t[b + 6], t[b + 7]),
-    );
+  let r = 0;
+  for (let i = 0; i < parts.length; i += 2) {
+    const text = parts[i] as string;
+    const table = parts[i + 1] as Buffer;
+    const t = new Float64Array(table.buffer, table.byteOffset, table.length / 8);
+    for (let b = 0; b < t.length; b += PACKED_STRIDE) {
+      out[r++] = lazyEnvelope(
+        runId,
+        t[b],
+        text.slice(t[b + 1], t[b + 2]),
+        text.slice(t[b + 2], t[b + 3]),
+        text.slice(t[b + 3], t[b + 4]),
+        text.slice(t[b + 4], t[b + 5]),
+        text.slice(t[b + 5], t[b + 6]),
+        text.slice(t[b + 6], t[b + 7]),
+      );
+    }
   }
   return out;
 }

@@ -127,10 +127,7 @@ export async function listPacked(handle: NativeWorld, runId: string, after?: num
   const parts = (await call(() => handle.listPacked(runId, after, limit, maxUnits))) as unknown as (string | Buffer)[];
   let units = 0;
   for (let i = 0; i < parts.length; i += 2) units += (parts[i] as string).length;
-  if (parts.length === 2) return { events: Object.freeze(unpack(runId, parts[0] as string, parts[1] as Buffer)), units };
-  const all: EventEnvelope[] = [];
-  for (let i = 0; i < parts.length; i += 2) for (const e of unpack(runId, parts[i] as string, parts[i + 1] as Buffer)) all.push(e);
-  return { events: Object.freeze(all), units };
+  return { events: Object.freeze(unpack(runId, parts)), units };
 }
 
 /**
