@@ -113,34 +113,32 @@ const LAZY_PAYLOAD: PropertyDescriptor = {
 };
 
 /**
- * The fields of an envelope without an idempotency key, in canonical order. A constructor rather
- * than an object literal: V8 sizes a constructor's objects for all the fields it goes on to add
- * (the private fields of `LazyPayload` included), where a literal is sized for the properties it
- * names and each later field goes to a separate, growing store. Its `prototype` is
- * `Object.prototype`, so what it makes are plain objects.
+ * Sets the fields of an envelope without an idempotency key, in canonical order. It is called as a
+ * constructor (`PlainEnvelope`) rather than an object literal being written: V8 sizes a
+ * constructor's objects for all the fields it goes on to add (the private fields of `LazyPayload`
+ * included), where a literal is sized for the properties it names and each later field goes to a
+ * separate, growing store. Its `prototype` is `Object.prototype`, so what it makes are plain
+ * objects.
  */
-const PlainEnvelope = function (this: Record<string, unknown>, runId: string, sequence: number, eventId: string, recordedAt: string, type: string) {
+function plainFields(this: Record<string, unknown>, runId: string, sequence: number, eventId: string, recordedAt: string, type: string): void {
   this.eventId = eventId;
   Object.defineProperty(this, 'payload', LAZY_PAYLOAD);
   this.recordedAt = recordedAt;
   this.runId = runId;
   this.sequence = sequence;
   this.type = type;
-} as unknown as new (runId: string, sequence: number, eventId: string, recordedAt: string, type: string) => object;
-PlainEnvelope.prototype = Object.prototype;
+}
+plainFields.prototype = Object.prototype;
+const PlainEnvelope = plainFields as unknown as new (runId: string, sequence: number, eventId: string, recordedAt: string, type: string) => object;
 
-/** The fields of an envelope with an idempotency key, in canonical order (see `PlainEnvelope`). */
-const KeyedEnvelope = function (this: Record<string, unknown>, runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string) {
+/** An envelope with an idempotency key: the key and digest come first in canonical order. */
+function keyedFields(this: Record<string, unknown>, runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string): void {
   this.appendIdempotencyKey = key;
   this.canonicalRequestDigest = digest;
-  this.eventId = eventId;
-  Object.defineProperty(this, 'payload', LAZY_PAYLOAD);
-  this.recordedAt = recordedAt;
-  this.runId = runId;
-  this.sequence = sequence;
-  this.type = type;
-} as unknown as new (runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string) => object;
-KeyedEnvelope.prototype = Object.prototype;
+  plainFields.call(this, runId, sequence, eventId, recordedAt, type);
+}
+keyedFields.prototype = Object.prototype;
+const KeyedEnvelope = keyedFields as unknown as new (runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string) => object;
 
 /** A frozen envelope whose payload is parsed and deep-frozen on first read. Keys in canonical order. */
 function lazyEnvelope(runId: string, sequence: number, eventId: string, recordedAt: string, type: string, key: string, digest: string, raw: string): EventEnvelope {
