@@ -1,8 +1,8 @@
 // The PostgreSQL world with many processes on one database, and with the faults a real server
 // brings: processes racing one run and one key, lost connections, a server that restarts (and
 // one that is down when a Vercel World's queue starts), a transaction that commits late, a lock
-// holder that dies, large artifacts, versioned schemas, and the `little` command. The contract itself is checked by the conformance suite, which runs
-// against this world too (see helpers.ts).
+// holder that dies, large artifacts, versioned schemas, and the `little` command. The contract
+// itself is checked by the conformance suite, which runs against this world too (see helpers.ts).
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
