@@ -186,6 +186,63 @@ describe.runIf(HAS_CHROMIUM)('the inspector page', () => {
     expect(await categories(true)).toEqual(['StepStarted custom', 'my.custom.fact custom']);
   });
 
+  // Served with a token (as beyond loopback): the URL little serve prints sets the cookie, the
+  // page's address loses the token, and every fetch and the event stream carry the cookie.
+  it('works on a server that needs a token, opened from the URL with ?token=', async () => {
+    const token = 'inspector-test-token-0123456789abcdef';
+    const guarded = createServer(lib, world, { token });
+    await new Promise<void>((r) => guarded.listen(0, '127.0.0.1', r));
+    const at = `http://127.0.0.1:${(guarded.address() as AddressInfo).port}`;
+    const unauthorized: string[] = [];
+    guarded.on('request', (req, res) => res.on('finish', () => res.statusCode === 401 && unauthorized.push(req.url ?? '')));
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    try {
+      // Without it: no page, and nothing of the runs.
+      const refused = await page.goto(`${at}/#run_inspected`);
+      expect(refused?.status()).toBe(401);
+      expect(await page.textContent('body')).toContain('needs its token');
+      const n = await pricedRun('run_tokened');
+      unauthorized.length = 0;
+      await page.goto(`${at}/?token=${token}#run_tokened`);
+      expect(page.url()).toBe(`${at}/#run_tokened`);
+      await page.waitForSelector('#runs [data-run-id="run_tokened"]');
+      await page.waitForFunction((count) => document.querySelectorAll('#timeline [data-seq]').length === count, n);
+      await page.waitForSelector('#steps [data-step-path="plan"][data-status="completed"]', { timeout: 10_000 });
+      await page.waitForFunction(() => document.querySelector('#live-indicator')?.textContent?.includes('live'));
+      await appendEvent(world, 'run_tokened', { type: 'StepStarted', payload: { stepPath: 'after-token' } });
+      await page.waitForSelector(`#timeline [data-seq="${n + 1}"]`, { timeout: 10_000 });
+      // The page's script cannot read the cookie, and no request was refused.
+      expect(await page.evaluate(() => document.cookie)).toBe('');
+      const cookies = await context.cookies(at);
+      expect(cookies.map((c) => [c.value, c.httpOnly, c.sameSite])).toEqual([[token, true, 'Strict']]);
+      expect(unauthorized).toEqual([]);
+    } finally {
+      await context.close();
+      for (const c of guarded.openStreams) c.abort();
+      guarded.closeAllConnections();
+      await new Promise((r) => guarded.close(r));
+    }
+  });
+
+  // The state of a run with no events is 404: the page says the run has none yet, and shows the
+  // first when it comes.
+  it('shows a run with no events yet as pending, then its first event live', async () => {
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${base}/#run_later`);
+      await page.waitForSelector('#timeline .timeline-empty');
+      expect(await page.textContent('#timeline .timeline-empty')).toContain('No events yet');
+      await page.waitForFunction(() => document.querySelector('#live-indicator')?.textContent?.includes('live'));
+      expect(await page.isHidden('#run-error')).toBe(true);
+      await appendEvent(world, 'run_later', { type: 'RunStarted', payload: {} });
+      await page.waitForSelector('#timeline [data-seq="1"]', { timeout: 10_000 });
+      await page.waitForFunction(() => document.querySelector('#run-status')?.textContent?.includes('running'), undefined, { timeout: 10_000 });
+    } finally {
+      await page.close();
+    }
+  });
+
   // The server judges a run id; the page says what it answered.
   it('shows the server\'s refusal of a malformed run id', async () => {
     const page = await browser.newPage();

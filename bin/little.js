@@ -25,7 +25,8 @@ commands:
   verify [runId]    re-check a run, or the whole world; exit 1 when problems are found
                     (--thorough: the store's full integrity check)
   runs              print the runs in the world, one JSON object per line
-  serve             serve the inspector and a read-only API (little serve --help)
+  serve             serve the inspector and a read-only API of every run: on loopback only,
+                    or with a token (little serve --help)
 
 options:
 ${WORLD_HELP}

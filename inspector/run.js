@@ -279,6 +279,12 @@ export class RunView {
         setLive('reconnecting');
         return false;
       }
+      // 404: the run has no events yet. Its stream waits for the first, and the state is fetched
+      // again when it comes.
+      if (err.status === 404) {
+        if (this.held === 0) showNoEvents('pending');
+        return null;
+      }
       showRunError(`Could not load state: ${err.message}`, true);
       return null;
     } finally {

@@ -6,11 +6,18 @@
 //   GET /api/runs                the runs, newest activity first, with event count, status, last time, cost
 //   GET /api/runs/:id/events     Server-Sent Events: id = sequence, event = type, data = envelope;
 //                                resumes after Last-Event-ID (or ?after=N); a heartbeat comment every 15 s
-//   GET /api/runs/:id/state      the materialized state
+//   GET /api/runs/:id/state      the materialized state (404 for a run with no events)
 //
-// Nothing here writes to the world. A client that goes away ends its subscription at once.
+// Nothing here writes to the world, and every run's events, payloads and state can be read: who
+// may ask is decided per request. A request that arrives on a loopback address must name this
+// machine in its Host header (else 403: DNS rebinding). With a token, every request must carry
+// it (else 401), as `Authorization: Bearer <token>` or the cookie that `/?token=<token>` sets; a
+// request that arrives on any other address needs the token, and without one is refused. At most
+// `maxStreams` event streams are open at once (503 past that); a client that takes nothing of its
+// stream for `stallMs` is dropped. A client that goes away ends its subscription at once.
 'use strict';
 
+const crypto = require('node:crypto');
 const http = require('node:http');
 const { existsSync, readFileSync } = require('node:fs');
 const { join } = require('node:path');
@@ -18,14 +25,35 @@ const { parseArgs } = require('node:util');
 const { WORLD_HELP, WORLD_OPTIONS, UsageError, openWorld } = require('./world-args.js');
 
 const HELP = `usage: little serve [--data-dir DIR | --database-url URL [--schema NAME]] [--port N] [--host H]
+                   [--token T] [--max-streams N]
 
 Serves the inspector at / and a read-only API (/api/types, /api/runs, /api/runs/:id/events as
 Server-Sent Events, /api/runs/:id/state) for a world, on 127.0.0.1 unless --host is given, port
 4710 unless --port is given (0 picks a free port).
 
+Whoever can reach it can read every run: its events, payloads and state (nothing can be changed).
+On a loopback address (the default) it needs no token, and answers only requests that name this
+machine (localhost, 127.0.0.1, [::1]) in their Host header, so that a web page elsewhere cannot
+read the runs through your browser. With --host naming any other address (0.0.0.0, a LAN
+address, a host name), every request needs a token: one is made at start and printed once, in
+the URL to open (http://127.0.0.1:4710/?token=...); opening that URL sets a cookie and loads the
+page without the token. Programs send it as "Authorization: Bearer <token>".
+
+  --host H              the address to listen on (default: 127.0.0.1)
+  --port N              the port (default: 4710; 0 picks a free one)
+  --token T             require this token, on any address (default: $LITTLE_SERVE_TOKEN; on a
+                        loopback address none, elsewhere a random one). 16 to 1024 visible ASCII
+                        characters. The environment variable keeps it out of the process list.
+  --max-streams N       event streams open at once, past which a stream gets 503 (default: 64)
 ${WORLD_HELP}`;
 
 const HEARTBEAT_MS = 15_000;
+/** Event streams open at once: each holds a subscription, and a page of events for a slow client. */
+const MAX_STREAMS = 64;
+/** How long a client may take nothing of its stream, its buffer full, before it is dropped. */
+const STALL_MS = 60_000;
+/** The environment variable that gives the token. */
+const TOKEN_ENV = 'LITTLE_SERVE_TOKEN';
 /** The inspector's ES modules, each served as JavaScript. */
 const MODULES = ['app.js', 'api.js', 'bars.js', 'dom.js', 'format.js', 'header.js', 'run.js', 'runs.js', 'steps.js', 'timeline.js'];
 /** The only files served: a path not listed here is no file, whatever it names on disk. */
@@ -38,18 +66,20 @@ const STATIC = {
 
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-function send(res, status, body, type = 'application/json; charset=utf-8') {
+function send(res, status, body, type = 'application/json; charset=utf-8', headers = {}) {
   res.writeHead(status, {
     'content-type': type,
     'cache-control': 'no-store',
     'x-content-type-options': 'nosniff',
     'content-security-policy': CSP,
+    'referrer-policy': 'no-referrer',
+    ...headers,
   });
   res.end(body);
 }
 
-function sendJson(res, status, value) {
-  send(res, status, JSON.stringify(value));
+function sendJson(res, status, value, headers) {
+  send(res, status, JSON.stringify(value), undefined, headers);
 }
 
 /**
@@ -74,18 +104,63 @@ function isLoopbackHost(host) {
   );
 }
 
-/** Whether the server listens on a loopback address only (`server.address()`'s address). */
+/** Whether an address (a socket's, or one to listen on; `::ffff:127.0.0.1` too) is a loopback one. */
 function isLoopbackAddress(address) {
-  return isLoopbackHost(address.includes(':') ? `[${address}]` : address);
+  return typeof address === 'string' && isLoopbackHost(address.includes(':') ? `[${address}]` : address);
+}
+
+/** A token's form: visible ASCII (it goes in a header and a cookie), long enough not to be guessed. */
+const isToken = (token) => typeof token === 'string' && /^[\x21-\x7e]{16,1024}$/.test(token);
+const TOKEN_FORM = '16 to 1024 visible ASCII characters (no spaces)';
+
+/** A new token: 24 random bytes, as 48 hex digits. */
+function generateToken() {
+  return crypto.randomBytes(24).toString('hex');
+}
+
+const digest = (s) => crypto.createHash('sha256').update(s, 'utf8').digest();
+
+/** The name of the cookie that holds the token: one per port, so that servers on one host differ. */
+function cookieName(req) {
+  let port = '';
+  try {
+    port = new URL(`http://${req.headers.host}/`).port;
+  } catch {
+    // No Host, or not a host: the port it came in on.
+  }
+  return `little_token_${port || req.socket.localPort || 'none'}`;
+}
+
+/** The value of the cookie `name` in the request, if any (the last, should there be several). */
+function cookie(req, name) {
+  let found;
+  for (const part of (req.headers.cookie ?? '').split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === name) found = part.slice(eq + 1).trim();
+  }
+  if (found === undefined) return undefined;
+  try {
+    return decodeURIComponent(found);
+  } catch {
+    return undefined;
+  }
 }
 
 /**
- * Create the server for an open world. Resolves nothing by itself; call listen(). Listening on a
- * loopback address (or given `loopbackOnly: true`), it refuses a request whose Host header names
- * another machine: a web page elsewhere could otherwise point a name of its own at 127.0.0.1 (DNS
- * rebinding) and read every run through the visitor's browser.
+ * Create the server for an open world. Resolves nothing by itself; call listen().
+ *
+ * A request that arrives on a loopback address must name this machine in its Host header (else
+ * 403): a web page elsewhere could otherwise point a name of its own at 127.0.0.1 (DNS rebinding)
+ * and read every run through the visitor's browser. Given a `token`, every request must carry it
+ * (else 401); without one, a request that arrives on any other address is refused (401), so the
+ * server answers loopback alone. The token is compared in constant time, as digests of equal
+ * length.
  */
-function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS, loopbackOnly } = {}) {
+function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspector'), heartbeatMs = HEARTBEAT_MS, token, maxStreams = MAX_STREAMS, stallMs = STALL_MS } = {}) {
+  if (token !== undefined && !isToken(token)) throw new TypeError(`the token must be ${TOKEN_FORM}`);
+  if (!Number.isSafeInteger(maxStreams) || maxStreams < 1) throw new RangeError(`maxStreams must be a positive integer, not ${maxStreams}`);
+  const expected = token === undefined ? undefined : digest(token);
+  const matches = (presented) => expected !== undefined && typeof presented === 'string' && crypto.timingSafeEqual(digest(presented), expected);
   const open = new Set();
   // One listing of runs at a time: on a large world one takes seconds, and each tab or client
   // asking meanwhile started another, taking the threads that live streams read with. Requests
@@ -114,11 +189,12 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
   };
   const handle = async (req, res) => {
     try {
-      // Unless told, judged by the address the server listens on: a loopback one however spelled.
-      const guarded = loopbackOnly ?? isLoopbackAddress(server.address()?.address ?? '');
+      // Judged by the address this request arrived on, whatever the server listens on: on a
+      // loopback one, only a name of this machine is answered.
+      const loopback = isLoopbackAddress(req.socket.localAddress);
       const host = req.headers.host;
-      if (guarded && host !== undefined && !isLoopbackHost(host)) {
-        return sendJson(res, 403, { error: `Host ${JSON.stringify(host.slice(0, 100))} does not name this machine: this server answers localhost, 127.0.0.1 and [::1] (start it with --host to serve another address)` });
+      if (loopback && host !== undefined && !isLoopbackHost(host)) {
+        return sendJson(res, 403, { error: `Host ${JSON.stringify(host.slice(0, 100))} does not name this machine: this server answers localhost, 127.0.0.1 and [::1] on its loopback address` });
       }
       // A path is appended to an origin rather than resolved against one: '//api/runs' is a
       // path, not a host. An absolute URL (as a proxy sends) names its host itself.
@@ -131,14 +207,32 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
       } catch {
         return sendJson(res, 400, { error: 'the request target is not a path' });
       }
-      if (guarded && absolute && !isLoopbackHost(url.host)) {
+      if (loopback && absolute && !isLoopbackHost(url.host)) {
         return sendJson(res, 403, { error: `${url.hostname.slice(0, 100)} is not this machine` });
+      }
+      const file = STATIC[url.pathname];
+      if (expected !== undefined || !loopback) {
+        const name = cookieName(req);
+        // The page's URL as printed: the token becomes a cookie, and the page is loaded again
+        // without it, so that it stays out of the history and of what the page's address shows.
+        if (file && url.searchParams.has('token') && (req.method === 'GET' || req.method === 'HEAD')) {
+          if (!matches(url.searchParams.get('token'))) return refuse(res, file, expected !== undefined);
+          url.searchParams.delete('token');
+          res.writeHead(303, {
+            location: `${url.pathname}${url.search}`,
+            'set-cookie': `${name}=${encodeURIComponent(token)}; Path=/; HttpOnly; SameSite=Strict`,
+            'cache-control': 'no-store',
+            'referrer-policy': 'no-referrer',
+          });
+          return res.end();
+        }
+        const bearer = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(req.headers.authorization ?? '');
+        if (!matches(bearer?.[1]) && !matches(cookie(req, name))) return refuse(res, file, expected !== undefined);
       }
       if (req.method !== 'GET' && req.method !== 'HEAD') {
         res.setHeader('allow', 'GET, HEAD');
         return sendJson(res, 405, { error: 'read-only: only GET and HEAD are served' });
       }
-      const file = STATIC[url.pathname];
       if (file) {
         const path = join(inspectorDir, file[0]);
         if (!existsSync(path)) return sendJson(res, 404, { error: `${file[0]} is not installed` });
@@ -155,8 +249,12 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
         id = '';
       }
       if (!lib.isRunId(id) && !lib.isSessionId(id)) return sendJson(res, 400, { error: `invalid run id: expected run_ (or ses_) followed by 1-80 of [A-Za-z0-9_-]` });
-      if (m[2] === 'state') return sendJson(res, 200, await lib.materializeRunState(world, id));
-      return streamEvents(lib, world, id, req, res, url, open, heartbeatMs);
+      if (m[2] === 'state') {
+        // A run with no events is no run (a mistyped id, most often), as for `little replay`.
+        if ((await lib.listEvents(world, id, { limit: 1 })).length === 0) return sendJson(res, 404, { error: `${id} has no events` });
+        return sendJson(res, 200, await lib.materializeRunState(world, id));
+      }
+      return streamEvents(lib, world, id, req, res, url, open, { heartbeatMs, maxStreams, stallMs });
     } catch (err) {
       if (!res.headersSent) sendJson(res, err && err.code === 'WORLD_PATH' ? 400 : 500, { error: err.message, code: err.code });
       else res.destroy();
@@ -168,6 +266,16 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
   });
   server.openStreams = open;
   return server;
+}
+
+/** 401: the page's files get a line of text, the API its JSON. The message never holds a token. */
+function refuse(res, file, hasToken) {
+  const message = hasToken
+    ? 'this server needs its token: open the URL little serve printed (.../?token=...), or send "Authorization: Bearer <token>"'
+    : 'this server has no token, and answers only on its loopback address (start it with --token to serve others)';
+  const headers = { 'www-authenticate': 'Bearer realm="little serve"' };
+  if (file) return send(res, 401, `${message}\n`, 'text/plain; charset=utf-8', headers);
+  return sendJson(res, 401, { error: message }, headers);
 }
 
 /** Until `res` can take more, or is gone; either way both listeners go. */
@@ -183,12 +291,23 @@ function drained(res) {
   });
 }
 
-async function streamEvents(lib, world, id, req, res, url, open, heartbeatMs) {
+/**
+ * One client's event stream. What it buffers for a slow client is bounded: the next event is
+ * written only once the response's buffer is below its high-water mark (16 KiB), and no heartbeat
+ * is added to a full one, so a client holds at most that, one event and the subscription's page.
+ * A client whose buffer stays full for `stallMs` (it takes nothing) is dropped, and its slot
+ * freed: an EventSource that comes back resumes after Last-Event-ID.
+ */
+async function streamEvents(lib, world, id, req, res, url, open, { heartbeatMs, maxStreams, stallMs }) {
   // An empty Last-Event-ID is no resume point (EventSource never sends one).
   const header = req.headers['last-event-id'] || undefined;
   const resumeFrom = header ?? url.searchParams.get('after') ?? '0';
   if (!/^\d{1,16}$/.test(String(resumeFrom)) || !Number.isSafeInteger(Number(resumeFrom))) return sendJson(res, 400, { error: 'Last-Event-ID / after must be a sequence number' });
   const after = Number(resumeFrom);
+  // Counted and taken at once, before any await: two requests cannot both take the last slot.
+  if (req.method !== 'HEAD' && open.size >= maxStreams) {
+    return sendJson(res, 503, { error: `${maxStreams} event streams are open, the most this server serves at once: try again later` }, { 'retry-after': '5' });
+  }
   res.writeHead(200, {
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-store',
@@ -197,32 +316,54 @@ async function streamEvents(lib, world, id, req, res, url, open, heartbeatMs) {
   });
   // A HEAD request gets the headers a GET would, and no stream.
   if (req.method === 'HEAD') return res.end();
-  res.write('retry: 1000\n\n');
   const controller = new AbortController();
-  const heartbeat = setInterval(() => res.write(': heartbeat\n\n'), heartbeatMs);
+  open.add(controller);
+  // Armed while the buffer is full; a drain disarms it.
+  let stall;
+  const write = (text) => {
+    if (res.write(text)) return;
+    stall ??= setTimeout(() => res.destroy(), stallMs);
+  };
+  const unstall = () => {
+    clearTimeout(stall);
+    stall = undefined;
+  };
+  res.on('drain', unstall);
+  write('retry: 1000\n\n');
+  const heartbeat = setInterval(() => {
+    if (!res.writableNeedDrain) write(': heartbeat\n\n');
+  }, heartbeatMs);
   const stop = () => controller.abort();
   req.on('close', stop);
   res.on('close', stop);
-  open.add(controller);
   try {
     for await (const e of lib.subscribe(world, id, { afterSequence: after, signal: controller.signal })) {
-      const ok = res.write(`id: ${e.sequence}\nevent: ${e.type}\ndata: ${lib.canonicalize(e)}\n\n`);
-      if (!ok && !controller.signal.aborted) await drained(res);
+      write(`id: ${e.sequence}\nevent: ${e.type}\ndata: ${lib.canonicalize(e)}\n\n`);
+      if (res.writableNeedDrain && !controller.signal.aborted) await drained(res);
     }
   } finally {
     clearInterval(heartbeat);
+    unstall();
     open.delete(controller);
     req.off('close', stop);
+    res.off('drain', unstall);
     res.end();
   }
 }
 
-async function main(argv) {
+async function main(argv, env = process.env) {
   let parsed;
   try {
     parsed = parseArgs({
       args: argv,
-      options: { ...WORLD_OPTIONS, port: { type: 'string' }, host: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        ...WORLD_OPTIONS,
+        port: { type: 'string' },
+        host: { type: 'string' },
+        token: { type: 'string' },
+        'max-streams': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
       allowPositionals: false,
     });
   } catch (err) {
@@ -234,13 +375,33 @@ async function main(argv) {
   }
   const port = Number(parsed.values.port ?? 4710);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`invalid port: ${parsed.values.port}`);
+  const maxStreams = Number(parsed.values['max-streams'] ?? MAX_STREAMS);
+  if (!Number.isSafeInteger(maxStreams) || maxStreams < 1) throw new UsageError(`invalid --max-streams: ${parsed.values['max-streams']}`);
   const host = parsed.values.host ?? '127.0.0.1';
+  // A token given is required on every address. Without one, a server that can be reached beyond
+  // loopback makes its own: judged by the name given, so a name that is not a loopback literal
+  // or `localhost` (whatever it resolves to) gets one.
+  const given = parsed.values.token ?? (env[TOKEN_ENV] || undefined);
+  if (given !== undefined && !isToken(given)) {
+    throw new UsageError(`${parsed.values.token !== undefined ? '--token' : TOKEN_ENV} must be ${TOKEN_FORM}`);
+  }
+  const beyondLoopback = !isLoopbackAddress(host);
+  const token = given ?? (beyondLoopback ? generateToken() : undefined);
   const lib = require('..');
   const { world, label } = openWorld(lib, parsed.values);
-  const server = createServer(lib, world);
+  const server = createServer(lib, world, { token, maxStreams });
   await new Promise((res, rej) => server.once('error', rej).listen(port, host, res));
   const addr = server.address();
-  process.stdout.write(`little serve: http://${host.includes(':') ? `[${host}]` : host}:${addr.port}/ (world ${label})\n`);
+  // The URL to open: on a wildcard address, this machine's loopback one (another machine uses
+  // this one's name or address instead). A token made here is printed once, in it, and nowhere
+  // else; one given is not printed.
+  const wildcard = host === '0.0.0.0' || host === '::' || host === '[::]';
+  const shown = wildcard ? '127.0.0.1' : host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+  const query = given === undefined && token !== undefined ? `?token=${token}` : '';
+  const access = token === undefined
+    ? 'loopback only, no token'
+    : `every request needs the token${given === undefined ? '' : parsed.values.token !== undefined ? ' given with --token' : ` in ${TOKEN_ENV}`}${wildcard ? `; listening on ${host}: from another machine use this one's name or address` : ''}`;
+  process.stdout.write(`little serve: http://${shown}:${addr.port}/${query} (world ${label}; ${access})\n`);
   await new Promise((res) => {
     const shutdown = () => {
       for (const c of server.openStreams) c.abort();
