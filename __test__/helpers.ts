@@ -221,3 +221,24 @@ export function schemaVersion(dataDir: string): number {
     db.close();
   }
 }
+
+/**
+ * Whether `a` and `b` are the same value, key by key: own enumerable keys only (an own `__proto__`
+ * key among them), each object's prototype Object's or none, bytes and dates by content.
+ */
+export function sameValue(a: unknown, b: unknown): boolean {
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return a === b; // -0 as 0, as JSON has it
+  if (a instanceof Uint8Array || b instanceof Uint8Array) {
+    return a instanceof Uint8Array && b instanceof Uint8Array && Buffer.from(a).equals(Buffer.from(b));
+  }
+  if (a instanceof Date || b instanceof Date) return a instanceof Date && b instanceof Date && a.getTime() === b.getTime();
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((v, i) => sameValue(v, b[i]));
+  }
+  const plain = (o: object) => [Object.prototype, null].includes(Object.getPrototypeOf(o));
+  if (!plain(a) || !plain(b)) return false;
+  const ka = Object.keys(a).sort();
+  const kb = Object.keys(b).sort();
+  const own = (o: object, k: string) => Object.getOwnPropertyDescriptor(o, k)?.value;
+  return ka.length === kb.length && ka.every((k, i) => k === kb[i] && sameValue(own(a, k), own(b, k)));
+}

@@ -1,6 +1,8 @@
-// Generated inputs, on every kind of world: random JSON payloads come back exactly as an
-// independent canonicalizer writes them, with the event id it hashes to; hostile values always
-// get a WorldError; run-event drafts are accepted exactly when they are valid.
+// Generated inputs, on every kind of world: random JSON payloads (with keys such as `__proto__`
+// and `constructor` among them) come back exactly as an independent canonicalizer writes them,
+// with the event id it hashes to; hostile values always get a WorldError; run-event drafts are
+// accepted exactly when they are valid. Through the Vercel World, generated values come back
+// from every place the SDK stores one, own `__proto__` keys included.
 //
 // Bounded to a few seconds here. `node scripts/property-soak.mjs --duration 10m` runs the same
 // properties for as long as it is given (through LITTLE_PROPERTY_SECONDS).
@@ -16,12 +18,14 @@ import {
   appendSessionEvent,
   canonicalize,
   listEvents,
+  localWorld,
   validateEventLogShape,
   WorldError,
   writeArtifact,
   type World,
 } from '@little-workflow/world';
-import { worldKinds } from './helpers';
+import { createWorld } from '@little-workflow/world/vercel';
+import { sameValue, tempDir, worldKinds } from './helpers';
 
 const SECONDS = Number(process.env.LITTLE_PROPERTY_SECONDS ?? 0);
 /** `numRuns` runs, or as many as fit in LITTLE_PROPERTY_SECONDS when that is set. */
@@ -117,6 +121,34 @@ function build(r: Recipe): unknown {
   return o;
 }
 
+/**
+ * Keys an object built by assignment or looked up through its prototype gets wrong: `__proto__`
+ * (assigned, it sets the prototype and the field is gone), the names of Object's methods, and the
+ * markers of the Vercel World's encoding; besides short ordinary ones.
+ */
+const trickyKeys = fc.oneof(
+  fc.constantFrom('__proto__', 'constructor', 'toString', 'valueOf', 'hasOwnProperty', 'toJSON', '$bytes', '$date', '$esc', '$artifact'),
+  fc.string({ maxLength: 4 }),
+);
+
+/** JSON objects with such keys as own keys, some without a prototype. */
+const trickyJson = fc.object({
+  key: trickyKeys,
+  values: [fc.boolean(), fc.integer(), fc.string({ maxLength: 6 }), fc.constant(null)],
+  maxDepth: 3,
+  maxKeys: 4,
+  withNullPrototype: true,
+});
+
+/** What the SDK hands a World: the same, with bytes and dates among the values. */
+const trickySdkValues = fc.object({
+  key: trickyKeys,
+  values: [fc.boolean(), fc.integer(), fc.string({ maxLength: 6 }), fc.constant(null), fc.uint8Array({ maxLength: 6 }), fc.date({ noInvalidDate: true })],
+  maxDepth: 3,
+  maxKeys: 4,
+  withNullPrototype: true,
+});
+
 type Fixture = { types: Record<string, { stream: 'run' | 'session'; valid: Record<string, unknown>; invalid: { draft: Record<string, unknown>; path: string } }> };
 const fixture = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'run-event-examples.json'), 'utf8')) as Fixture;
 const TYPES = Object.keys(fixture.types);
@@ -139,7 +171,7 @@ const drafts = fc.record({
 describe.each(worldKinds)('generated inputs on %s', (_name, makeWorld) => {
   it('store random JSON payloads exactly as an independent canonicalizer writes them', { timeout: TIMEOUT }, async () => {
     const world = makeWorld();
-    const payloads = fc.oneof(fc.jsonValue({ maxDepth: 4 }), fc.jsonValue({ maxDepth: 3, stringUnit: 'binary' }));
+    const payloads = fc.oneof(fc.jsonValue({ maxDepth: 4 }), fc.jsonValue({ maxDepth: 3, stringUnit: 'binary' }), trickyJson);
     await fc.assert(
       fc.asyncProperty(fc.array(payloads, { minLength: 1, maxLength: 6 }), async (values) => {
         const runId = fresh('run');
@@ -160,6 +192,7 @@ describe.each(worldKinds)('generated inputs on %s', (_name, makeWorld) => {
         for (const [i, e] of listed.entries()) {
           const payload = { v: kept[i] };
           expect(canonicalize(e.payload)).toBe(oracle(payload));
+          expect(sameValue(e.payload, payload), JSON.stringify(e.payload)).toBe(true);
           expect(oracle(e)).toBe(oracle(appended.find((a) => a.sequence === e.sequence)));
           const { eventId, ...rest } = e;
           expect(eventId).toBe(`evt_${sha256hex(oracle({ runId, sequence: rest.sequence, type: rest.type, payload }))}`.slice(0, 20));
@@ -214,5 +247,46 @@ describe.each(worldKinds)('generated inputs on %s', (_name, makeWorld) => {
       }),
       runs(200),
     );
+  });
+});
+
+describe('generated values through the Vercel World', () => {
+  it("come back from a run's input, a step's result, a hook's payload and a queue's body as they went in", { timeout: TIMEOUT }, async () => {
+    const store = localWorld({ dataDir: tempDir(), durability: 'normal' });
+    const world = createWorld({ world: store });
+    try {
+      await fc.assert(
+        fc.asyncProperty(trickySdkValues, async (value) => {
+          const created = (await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: value } } as never)) as { run: { runId: string } };
+          const id = created.run.runId;
+          await world.events.create(id, { eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: new Uint8Array([1]) } } as never);
+          await world.events.create(id, { eventType: 'step_started', correlationId: 'step_1' } as never);
+          await world.events.create(id, { eventType: 'step_completed', correlationId: 'step_1', eventData: { result: value } } as never);
+          await world.events.create(id, { eventType: 'hook_created', correlationId: 'hook_1', eventData: { token: `tok-${id}` } } as never);
+          await world.events.create(id, { eventType: 'hook_received', correlationId: 'hook_1', eventData: { payload: value } } as never);
+          let received!: (message: unknown) => void;
+          const message = new Promise<unknown>((resolve) => (received = resolve));
+          world.registerHandler(
+            '__wkf_step_',
+            world.createQueueHandler('__wkf_step_', async (m) => {
+              received(m);
+            }),
+          );
+          await world.queue('__wkf_step_p' as never, value as never);
+          const events = (await world.events.list({ runId: id, pagination: { limit: 100 } } as never)).data as { eventType: string; eventData?: Record<string, unknown> }[];
+          const back = {
+            runInput: (await world.runs.get(id)).input,
+            stepResult: (await world.steps.get(id, 'step_1')).output,
+            hookPayload: events.find((e) => e.eventType === 'hook_received')?.eventData?.payload,
+            queueBody: await message,
+          };
+          for (const [what, v] of Object.entries(back)) expect(sameValue(v, value), `${what}: ${fc.stringify(v)}`).toBe(true);
+        }),
+        runs(40),
+      );
+    } finally {
+      await world.close();
+      await store.close();
+    }
   });
 });

@@ -2,8 +2,9 @@
 // entry holds, values that look like the encoding's own markers, entities changed by their
 // caller, and waits of a run that has ended.
 import { describe, expect, it } from 'vitest';
+import { createWorld as createLocalWorld } from '@workflow/world-local';
 import { createWorld } from '@little-workflow/world/vercel';
-import { tempDir } from './helpers';
+import { sameValue, tempDir } from './helpers';
 
 const bytes = (...b: number[]) => new Uint8Array(b);
 
@@ -49,6 +50,54 @@ describe('the Vercel World at the edges', () => {
       expect((await world.steps.get(runId, 'step_1')).output).toEqual(result);
     } finally {
       await world.close();
+    }
+  });
+
+  it("keeps own __proto__ keys of a run's input, a step's result, a hook's payload and a queue's body, as world-local does", async () => {
+    // As JSON.parse makes them: `__proto__` an own key, beside keys that name Object's methods.
+    const value = () => JSON.parse('{"__proto__":{"$bytes":"AA=="},"name":"n","list":[{"__proto__":[1,2]}],"constructor":{"toString":"s"}}') as unknown;
+    type Sdk = Pick<ReturnType<typeof createWorld>, 'events' | 'runs' | 'steps' | 'hooks' | 'queue' | 'createQueueHandler' | 'registerHandler'>;
+    /** What a world gives back of each value it was given. */
+    async function roundTrip(world: Sdk): Promise<Record<string, unknown>> {
+      const created = (await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: value() } } as never)) as { run: { runId: string } };
+      const runId = created.run.runId;
+      await world.events.create(runId, { eventType: 'run_started' } as never);
+      await world.events.create(runId, { eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: value() } } as never);
+      await world.events.create(runId, { eventType: 'step_started', correlationId: 'step_1' } as never);
+      await world.events.create(runId, { eventType: 'step_completed', correlationId: 'step_1', eventData: { result: value() } } as never);
+      await world.events.create(runId, { eventType: 'hook_created', correlationId: 'hook_1', eventData: { token: `tok-${runId}`, metadata: value() } } as never);
+      await world.events.create(runId, { eventType: 'hook_received', correlationId: 'hook_1', eventData: { payload: value() } } as never);
+      let received!: (message: unknown) => void;
+      const message = new Promise<unknown>((resolve) => (received = resolve));
+      world.registerHandler(
+        '__wkf_workflow_',
+        world.createQueueHandler('__wkf_workflow_', async (m) => {
+          received(m);
+        }),
+      );
+      await world.queue('__wkf_workflow_proto' as never, value() as never);
+      const events = (await world.events.list({ runId, pagination: { limit: 100 } } as never)).data as { eventType: string; eventData?: Record<string, unknown> }[];
+      return {
+        runInput: (await world.runs.get(runId)).input,
+        stepInput: (await world.steps.get(runId, 'step_1')).input,
+        stepOutput: (await world.steps.get(runId, 'step_1')).output,
+        hookMetadata: (await world.hooks.get('hook_1')).metadata,
+        hookPayload: events.find((e) => e.eventType === 'hook_received')?.eventData?.payload,
+        queueBody: await message,
+      };
+    }
+    const ours = createWorld({ dataDir: tempDir() });
+    const local = createLocalWorld({ dataDir: tempDir() });
+    try {
+      const mine = await roundTrip(ours);
+      const theirs = await roundTrip(local as unknown as Sdk);
+      for (const [what, v] of Object.entries(mine)) {
+        expect(sameValue(v, value()), `${what}: ${JSON.stringify(v)}`).toBe(true);
+        expect(sameValue(v, theirs[what]), `${what} as world-local gives it: ${JSON.stringify(theirs[what])}`).toBe(true);
+      }
+    } finally {
+      await ours.close();
+      await (local as { close?: () => Promise<void> }).close?.();
     }
   });
 
@@ -118,6 +167,9 @@ describe('the Vercel World at the edges', () => {
       expect((await world.events.list({ runId })).data.map((e) => e.eventType)).toEqual(['run_created', 'run_started']);
       await world.events.create(runId, { eventType: 'attr_set', eventData: { changes: [{ key: 'team', value: 'blue' }], writer: { type: 'step' } } } as never);
       expect((await world.runs.get(runId)).attributes).toEqual({ team: 'blue' });
+      // A key the rules allow is kept, `__proto__` too (world-local's merge assigns it, and loses it).
+      await world.events.create(runId, { eventType: 'attr_set', eventData: { changes: [{ key: '__proto__', value: 'x' }], writer: { type: 'step' } } } as never);
+      expect(sameValue((await world.runs.get(runId)).attributes, JSON.parse('{"team":"blue","__proto__":"x"}'))).toBe(true);
     } finally {
       await world.close();
     }

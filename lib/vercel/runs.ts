@@ -5,7 +5,7 @@ import type { Event, EventResult, Hook, Step, Wait, WorkflowRun } from '@workflo
 import { EntityConflictError, HookNotFoundError, RunExpiredError, RunNotSupportedError, TooEarlyError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
 import { eventIdOf, logOfRun, parseEventId, ulid } from './ids.js';
 import { loadSdkWorld } from './sdk.cjs';
-import { append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
+import { append, decode, defineField, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
 
 /** The spec version this world implements (`SPEC_VERSION_CURRENT` of `@workflow/world` 5). */
 export const SPEC_VERSION = 5;
@@ -134,7 +134,7 @@ function apply(state: RunState, e: SdkEvent): void {
       const attributes = { ...run.attributes };
       for (const c of (d.changes as Array<{ key: string; value: string | null }>) ?? []) {
         if (c.value === null) delete attributes[c.key];
-        else attributes[c.key] = c.value;
+        else defineField(attributes, c.key, c.value);
       }
       state.run = { ...run, attributes, updatedAt: at } as WorkflowRun;
       if (cid !== undefined && (d.writer as Data | undefined)?.type === 'workflow') state.attrEvents.add(cid);

@@ -82,7 +82,7 @@ export async function encode(value: unknown, home: ArtifactHome): Promise<unknow
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
       if (v === undefined) continue;
-      out[k] = await encode(v, home);
+      defineField(out, k, await encode(v, home));
     }
     const keys = Object.keys(out);
     return keys.length === 1 && MARKERS.has(keys[0]) ? { $esc: out } : out;
@@ -148,11 +148,19 @@ export function decodeSync(value: unknown, blobs: Map<string, Uint8Array> | unde
     const inner = escaped(o);
     if (inner !== undefined) {
       const out: Record<string, unknown> = {};
-      for (const [ik, iv] of Object.entries(inner)) out[ik] = decodeSync(iv, blobs);
+      for (const [ik, iv] of Object.entries(inner)) defineField(out, ik, decodeSync(iv, blobs));
       return out;
     }
   }
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(o)) out[k] = decodeSync(v, blobs);
+  for (const [k, v] of Object.entries(o)) defineField(out, k, decodeSync(v, blobs));
   return out;
+}
+
+/**
+ * Set `o[k]` as an own field. Assigned, a `__proto__` key would set the object's prototype
+ * instead of adding the field, and the value would be lost without an error.
+ */
+export function defineField(o: Record<string, unknown>, k: string, v: unknown): void {
+  Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
 }
