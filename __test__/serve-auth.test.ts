@@ -35,7 +35,8 @@ afterEach(async () => {
 
 async function secretWorld(): Promise<World> {
   const world = track(virtualWorld());
-  await appendEvent(world, 'run_secret', { type: 'Note', payload: { note: SECRET } });
+  // A step's path is in the run's state, as the payload is in its events.
+  await appendEvent(world, 'run_secret', { type: 'StepStarted', payload: { stepPath: SECRET } });
   return world;
 }
 
@@ -185,7 +186,7 @@ describe('little serve: the command', () => {
   async function seeded(): Promise<string> {
     const dataDir = tempDir();
     const w = localWorld({ dataDir, durability: 'normal' });
-    await appendEvent(w, 'run_secret', { type: 'Note', payload: { note: SECRET } });
+    await appendEvent(w, 'run_secret', { type: 'StepStarted', payload: { stepPath: SECRET } });
     await w.close();
     return dataDir;
   }
