@@ -1,4 +1,5 @@
 // Artifacts: content-addressed payloads stored beside the event log.
+import { types } from 'node:util';
 import { EventValidationError, WorldError, call, checkRunIdType, invalid, thrownName, wellFormed } from './errors.js';
 import { fieldsOf, frozen, toJsonText } from './json.js';
 import { nativeOf, type World } from './worlds.js';
@@ -38,7 +39,12 @@ export type WriteArtifactInput = {
 /** A stored artifact, verified. */
 export type ReadArtifactResult = {
   readonly manifest: ArtifactManifest;
-  /** The JSON value for `json`, a string for `utf8`, a Buffer for `bytes`. */
+  /**
+   * The JSON value for `json`, a string for `utf8`, a Buffer for `bytes`. The Buffer is Node's,
+   * the class of the global `Buffer` in any realm; in a `vm` context (Jest, Vitest's `vmThreads`)
+   * no Buffer is `instanceof` the context's own `Uint8Array`, so check with `Buffer.isBuffer` or
+   * `ArrayBuffer.isView` there.
+   */
   readonly payload: unknown;
 };
 
@@ -68,8 +74,10 @@ export async function writeArtifact(world: World, input: WriteArtifactInput): Pr
     if (!(payload as string).isWellFormed()) invalid('input.payload', 'contains a lone surrogate, which UTF-8 cannot carry', runId as string);
     text = payload as string;
   } else if (encoding === 'bytes') {
-    // isView looks at the value itself (a Proxy is not a view), with no getter or trap to run.
-    if (!ArrayBuffer.isView(payload) || !(payload instanceof Uint8Array)) invalid('input.payload', "must be a Uint8Array for encoding 'bytes'", runId as string);
+    // isUint8Array looks at the value itself, with no getter or trap to run (a Proxy is no
+    // Uint8Array), and knows one of any realm: in a test runner's `vm` context the caller's
+    // Buffer is Node's, whose Uint8Array is not the context's.
+    if (!types.isUint8Array(payload)) invalid('input.payload', "must be a Uint8Array for encoding 'bytes'", runId as string);
     const u8 = payload as Uint8Array;
     try {
       if (isDetached(u8)) invalid('input.payload', 'is backed by a detached ArrayBuffer (transferred away), which holds no bytes', runId as string);

@@ -1,5 +1,6 @@
 // The errors the package throws: a class per stable code, the core's codes mapped to them, and
 // the checks of an argument that throw them.
+import { types } from 'node:util';
 
 /** Base class of every error the package throws; `code` is stable, the message is for people. */
 export class WorldError extends Error {
@@ -79,22 +80,36 @@ const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze({
   WORLD_IO: WorldIoError,
 });
 
-/** Turn an error from the native core into its class; anything else passes through. */
+/**
+ * Turn an error from the native core into its class; anything else passes through. A core error is
+ * known by its shape, a `code` of the table above and a string `message`, not by `instanceof
+ * Error`: the addon makes its errors in Node's main context, while a test runner may load this
+ * module in a `vm` context of its own (Jest, Vitest's `vmThreads`), whose `Error` is another. The
+ * class made is this module's, so of the realm that loaded the package; the core's own error is
+ * kept as its `cause`.
+ */
 export function fromNative(err: unknown): unknown {
-  if (err instanceof WorldError || !(err instanceof Error)) return err;
-  const code = (err as { code?: unknown }).code;
-  const cls = typeof code === 'string' ? ERROR_CLASSES[code] : undefined;
-  if (!cls) return err;
+  if (err === null || typeof err !== 'object' || err instanceof WorldError) return err;
+  let code: unknown;
+  let message: unknown;
+  let raw: unknown;
+  try {
+    ({ code, message, details: raw } = err as { code?: unknown; message?: unknown; details?: unknown });
+  } catch {
+    return err;
+  }
+  // Own keys only: a code such as `constructor` must not find Object's.
+  if (typeof code !== 'string' || typeof message !== 'string' || !Object.hasOwn(ERROR_CLASSES, code)) return err;
   let details: Record<string, unknown> = {};
-  const raw = (err as { details?: unknown }).details;
   if (typeof raw === 'string') {
     try {
-      details = JSON.parse(raw) as Record<string, unknown>;
+      const parsed: unknown = JSON.parse(raw);
+      if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) details = parsed as Record<string, unknown>;
     } catch {
       details = {};
     }
   }
-  return new cls(code as string, err.message, details);
+  return new ERROR_CLASSES[code](code, message, details, { cause: err });
 }
 
 /** Run a native call, turning its errors (thrown or rejected) into the error classes. */
@@ -143,6 +158,16 @@ export function closedError(): WorldClosedError {
 
 /** What was thrown, named for a message without quoting it (it may hold a payload's values). */
 export function thrownName(err: unknown): string {
-  if (err instanceof Error) return `a ${err.name}`;
-  return err === null ? 'null' : `a ${typeof err}`;
+  if (err === null) return 'null';
+  // isNativeError knows an error of any realm; instanceof, one whose class extends Error. Either
+  // may throw (a revoked Proxy, a getter), which leaves the type to name it.
+  try {
+    if (types.isNativeError(err) || err instanceof Error) {
+      const name = (err as Error).name;
+      if (typeof name === 'string') return `a ${name}`;
+    }
+  } catch {
+    // Named by its type below.
+  }
+  return `a ${typeof err}`;
 }

@@ -1,5 +1,6 @@
 // Values in and out: a plain copy of an input read once, refused where JSON cannot carry it
 // exactly; its JSON text; and deep-frozen values parsed from the core's text.
+import { types } from 'node:util';
 import { EventValidationError, WorldError, invalid, thrownName } from './errors.js';
 import { native } from './native.js';
 
@@ -89,8 +90,12 @@ export function read(value: unknown, root: string, r: Reading): { copy: unknown;
     }
     if (v === null) return null;
     const obj = v as object;
-    if (obj instanceof Map || obj instanceof Set) fail(`a ${obj instanceof Map ? 'Map' : 'Set'} cannot be stored in JSON; convert it to an object or an array`);
-    if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) return walk(obj.valueOf(), key, depth, inArray);
+    // util.types knows a Map, a Set or a boxed primitive of any realm; instanceof, a Proxy of one.
+    const map = types.isMap(obj) || obj instanceof Map;
+    if (map || types.isSet(obj) || obj instanceof Set) fail(`a ${map ? 'Map' : 'Set'} cannot be stored in JSON; convert it to an object or an array`);
+    if (types.isNumberObject(obj) || types.isStringObject(obj) || types.isBooleanObject(obj) || obj instanceof Number || obj instanceof String || obj instanceof Boolean) {
+      return walk((obj as Number).valueOf(), key, depth, inArray);
+    }
     if (depth > MAX_DEPTH) fail(`is nested deeper than ${MAX_DEPTH} levels`);
     if (ancestors.has(obj)) fail('is a cycle: the value contains itself');
     ancestors.add(obj);

@@ -1,6 +1,7 @@
 // The calls the Vercel adapter makes into this package, and the JSON form of SDK values in our
 // payloads: bytes inline as base64 (or as an artifact when large), dates as ISO strings.
 import { createHash } from 'node:crypto';
+import { types } from 'node:util';
 import { listIndexEntries, readArtifact, writeArtifact, type EventEnvelope, type IndexEntry, type IndexWrite, type RunLock, type World } from '../../world.js';
 
 export type { EventEnvelope, IndexEntry, IndexWrite, RunLock, World };
@@ -60,7 +61,9 @@ export type ArtifactHome = { world: World; runId: string; name: string };
 export async function encode(value: unknown, home: ArtifactHome): Promise<unknown> {
   if (value === null || typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') return value;
   if (value === undefined) return null;
-  if (value instanceof Uint8Array) {
+  // util.types knows a Uint8Array or a Date of any realm (a Buffer in a test runner's `vm` context
+  // is Node's); instanceof, a Proxy of one.
+  if (types.isUint8Array(value) || value instanceof Uint8Array) {
     if (value.byteLength < INLINE_BYTES_MAX) return { $bytes: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') };
     const manifest = await writeArtifact(home.world, {
       runId: home.runId,
@@ -72,7 +75,7 @@ export async function encode(value: unknown, home: ArtifactHome): Promise<unknow
     });
     return { $artifact: manifest.artifactRef };
   }
-  if (value instanceof Date) return { $date: value.toISOString() };
+  if (types.isDate(value) || value instanceof Date) return { $date: value.toISOString() };
   if (Array.isArray(value)) {
     const out: unknown[] = [];
     for (const v of value) out.push(await encode(v, home));
