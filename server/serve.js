@@ -392,15 +392,15 @@ async function main(argv, env = process.env) {
   const server = createServer(lib, world, { token, maxStreams });
   await new Promise((res, rej) => server.once('error', rej).listen(port, host, res));
   const addr = server.address();
-  // The URL to open: on a wildcard address, this machine's loopback one (another machine uses
-  // this one's name or address instead). A token made here is printed once, in it, and nowhere
-  // else; one given is not printed.
+  // The URL to open: on a wildcard address, the loopback one (another machine uses this one's
+  // name or address instead). A token made here is printed once, in it, and nowhere else; one
+  // given is not printed.
   const wildcard = host === '0.0.0.0' || host === '::' || host === '[::]';
   const shown = wildcard ? '127.0.0.1' : host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
   const query = given === undefined && token !== undefined ? `?token=${token}` : '';
-  const access = token === undefined
-    ? 'loopback only, no token'
-    : `every request needs the token${given === undefined ? '' : parsed.values.token !== undefined ? ' given with --token' : ` in ${TOKEN_ENV}`}${wildcard ? `; listening on ${host}: from another machine use this one's name or address` : ''}`;
+  const from = given === undefined ? '' : parsed.values.token !== undefined ? ' given with --token' : ` in ${TOKEN_ENV}`;
+  const elsewhere = wildcard ? "; listening on every address: from another machine, use this machine's name or address in place of 127.0.0.1" : '';
+  const access = token === undefined ? 'loopback only, no token' : `every request needs the token${from}${elsewhere}`;
   process.stdout.write(`little serve: http://${shown}:${addr.port}/${query} (world ${label}; ${access})\n`);
   await new Promise((res) => {
     const shutdown = () => {
