@@ -83,6 +83,8 @@ export declare class NativeWorld {
   verify(runId?: string | undefined | null, thorough?: boolean | undefined | null): Promise<string>
   /** The runs in the world with count, times, status and cost, as JSON. */
   runs(): Promise<string>
+  /** A page of the runs catalog, `request` the options as JSON: `{ runs, cursor }` as JSON. */
+  queryRuns(request: string): Promise<string>
   /**
    * Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the
    * table holds, per row, the sequence and where each piece of the row starts in its text

@@ -57,7 +57,7 @@ export {
   type OuterLoopManifest,
   type RunLock,
 } from './lib/locks.js';
-export { listRuns, verifyWorld, type RunSummary, type VerifyOptions, type VerifyProblem, type VerifyReport } from './lib/inspect.js';
+export { listRuns, queryRuns, verifyWorld, type QueryRunsOptions, type RunPage, type RunSummary, type VerifyOptions, type VerifyProblem, type VerifyReport } from './lib/inspect.js';
 export { subscribe, type SubscribeOptions } from './lib/subscribe.js';
 export {
   appendRunEvent,

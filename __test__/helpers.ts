@@ -195,13 +195,13 @@ export async function ownCluster(): Promise<OwnCluster | undefined> {
 /** Take the world at `dataDir` back to schema 2, as the version before budget estimates left it. */
 export function downgradeToSchema2(dataDir: string): void {
   const db = new Database(join(dataDir, 'events', 'events.db'));
-  db.exec('DROP TRIGGER events_writer; DROP TABLE estimates; DROP TABLE usage_totals; DROP TABLE index_entries');
+  db.exec('DROP TRIGGER events_writer; DROP TABLE estimates; DROP TABLE usage_totals; DROP TABLE index_entries; DROP TABLE runs');
   db.pragma('user_version = 2');
   db.close();
 }
 
 /** The schema version this build writes. */
-export const SCHEMA_VERSION = 6;
+export const SCHEMA_VERSION = 7;
 
 /**
  * Make a better-sqlite3 connection a writer of this schema, as the world's writer is: since

@@ -8,6 +8,7 @@ export type VerifyProblem = {
   /**
    * `hole`, `not-canonical`, `row-mismatch`, `event-id`, `unreadable`, `run-event-body` (of an
    * event); `fold-snapshot` (a run's kept fold snapshot that is not the fold of its events);
+   * `catalog` (a runs-catalog row that disagrees with its run's events);
    * `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
    * `artifact-unreadable` (of an artifact the system would not let be read; its message says why).
    */
@@ -60,6 +61,75 @@ export type RunSummary = {
   readonly status: string;
   readonly costUsd: number | null;
 };
+
+/** Options of {@link queryRuns}. */
+export interface QueryRunsOptions {
+  /** Only runs in one of these statuses (`['completed', 'failed']`). */
+  status?: readonly string[];
+  /** Only runs whose last event was recorded before this time. */
+  lastRecordedBefore?: string | Date;
+  /** Only runs whose last event was recorded at or after this time. */
+  lastRecordedAfter?: string | Date;
+  /** `'newest'` (by last `recordedAt`, then id, latest first; the default), `'oldest'` or `'id'`. */
+  order?: 'newest' | 'oldest' | 'id';
+  /** Runs per page: 1 to 10,000, default 100. */
+  limit?: number;
+  /** Where the page starts: the `cursor` of the page before (with the same order). */
+  cursor?: string;
+}
+
+/** A page of runs, and the cursor of the next page (`null` after the last). */
+export type RunPage = { readonly runs: readonly RunSummary[]; readonly cursor: string | null };
+
+/** A time bound as the runs catalog compares it: an ISO string with milliseconds, in UTC. */
+function timeBound(name: string, v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  if (Object.prototype.toString.call(v) === '[object Date]') {
+    const t = Date.prototype.getTime.call(v);
+    if (Number.isNaN(t)) invalid(name, 'is an invalid Date');
+    return new Date(t).toISOString();
+  }
+  if (typeof v !== 'string') invalid(name, 'must be an ISO time string or a Date');
+  const t = Date.parse(v);
+  if (!/^\d{4}-\d{2}-\d{2}T/.test(v) || Number.isNaN(t)) invalid(name, 'must be an ISO time such as 2026-01-31T12:00:00.000Z');
+  return new Date(t).toISOString();
+}
+
+/**
+ * A page of the world's runs from its runs catalog, newest first by default: a page costs what
+ * its runs cost, however many runs the world holds. Pass the returned `cursor` to get the next.
+ */
+export async function queryRuns(world: World, opts?: QueryRunsOptions): Promise<RunPage> {
+  const handle = nativeOf(world);
+  const o = options(opts, 'queryRuns options', ['status', 'lastRecordedBefore', 'lastRecordedAfter', 'order', 'limit', 'cursor']);
+  const request: Record<string, unknown> = {};
+  if (o.status !== undefined) {
+    if (!Array.isArray(o.status) || o.status.length === 0 || !o.status.every((s) => typeof s === 'string' && s.length > 0)) {
+      invalid('status', 'must be a non-empty array of status names');
+    }
+    request.status = [...o.status];
+  }
+  const before = timeBound('lastRecordedBefore', o.lastRecordedBefore);
+  if (before !== undefined) request.lastRecordedBefore = before;
+  const after = timeBound('lastRecordedAfter', o.lastRecordedAfter);
+  if (after !== undefined) request.lastRecordedAfter = after;
+  if (o.order !== undefined) {
+    if (o.order !== 'newest' && o.order !== 'oldest' && o.order !== 'id') invalid('order', "must be 'newest', 'oldest' or 'id'");
+    request.order = o.order;
+  }
+  if (o.limit !== undefined) {
+    if (typeof o.limit !== 'number' || !Number.isInteger(o.limit) || o.limit < 1 || o.limit > 10_000) {
+      invalid('limit', 'must be an integer from 1 to 10000');
+    }
+    request.limit = o.limit;
+  }
+  if (o.cursor !== undefined) {
+    if (typeof o.cursor !== 'string') invalid('cursor', 'must be a string from an earlier page');
+    request.cursor = o.cursor;
+  }
+  const text = JSON.stringify(request);
+  return frozen<RunPage>(await call(() => handle.queryRuns(text)));
+}
 
 /** Every run stored in the world, ordered by id. */
 export async function listRuns(world: World): Promise<readonly RunSummary[]> {

@@ -6,6 +6,7 @@
 pub mod artifacts;
 pub mod bytes;
 pub mod canonical;
+pub mod catalog;
 pub mod clock;
 pub mod durable;
 pub mod error;

@@ -10,12 +10,13 @@
 
 use crate::core::artifacts::ArtifactStore;
 use crate::core::canonical;
+use crate::core::catalog;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::shape;
 use crate::core::materialize::{pricing::Pricing, snapshot, Fold};
 use crate::core::store::{LogReader, RowRef};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
 /// One thing verify found wrong.
@@ -23,7 +24,8 @@ use std::collections::BTreeSet;
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     /// `store` (the store's own check), `hole`, `not-canonical`, `row-mismatch`, `event-id`,
-    /// `unreadable`, `run-event-body`, `fold-snapshot`,
+    /// `unreadable`, `run-event-body`, `fold-snapshot`, `catalog` (a runs-catalog row that
+    /// disagrees with the stream's events, or a row or stream missing its other half),
     /// `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
     /// `artifact-unreadable` (the system would not let it be read: permissions, I/O errors).
     pub kind: &'static str,
@@ -103,7 +105,9 @@ pub fn verify(
             .transpose()?
             .flatten();
         let mut fold = kept.as_ref().map(|_| Fold::new(stream, pricing));
+        let mut catalog = Catalogued::new(stream);
         let read = reader.rows(stream, 0, None, &mut |row| {
+            catalog.push(row);
             if let (Some(f), Some(k)) = (&mut fold, &kept) {
                 // A row the fold cannot take is reported below as what it is.
                 if f.push(row.envelope).is_err() {
@@ -138,8 +142,32 @@ pub fn verify(
             check_row(row, &mut problems, &mut referenced);
             Ok(())
         });
-        if let Err(e) = read {
-            unreadable(&mut problems, Some(stream), e)?;
+        match read {
+            Ok(()) => catalog.check(reader.catalog_row(stream)?, &mut problems),
+            Err(e) => unreadable(&mut problems, Some(stream), e)?,
+        }
+    }
+    if run.is_none() {
+        // A catalog row of a stream that holds no event.
+        let listed: BTreeSet<&str> = streams.iter().map(String::as_str).collect();
+        let all = crate::core::catalog::RunQuery {
+            status: None,
+            before: None,
+            after_time: None,
+            order: crate::core::catalog::RunOrder::Id,
+            after: None,
+            limit: u64::MAX >> 1,
+        };
+        for row in reader.catalog_page(&all)? {
+            if !listed.contains(row.run_id.as_str()) {
+                problems.push(Problem {
+                    kind: "catalog",
+                    run_id: Some(row.run_id.clone()),
+                    sequence: None,
+                    artifact_id: None,
+                    message: format!("the runs catalog lists {} but the log holds no event of it", row.run_id),
+                });
+            }
         }
     }
     for id in &referenced {
@@ -178,6 +206,84 @@ pub fn verify(
         artifacts: to_check.len() as u64,
         problems,
     })
+}
+
+/// What a stream's catalog row should say, worked out from its rows as verify reads them.
+struct Catalogued<'s> {
+    stream: &'s str,
+    last: u64,
+    first_at: String,
+    last_at: String,
+    status: &'static str,
+}
+
+impl<'s> Catalogued<'s> {
+    fn new(stream: &'s str) -> Self {
+        Catalogued {
+            stream,
+            last: 0,
+            first_at: String::new(),
+            last_at: String::new(),
+            status: catalog::initial_status(stream),
+        }
+    }
+
+    fn push(&mut self, row: RowRef<'_>) {
+        let payload = if catalog::reads_payload(row.event_type) {
+            match canonical::parse_around(row.envelope, 1) {
+                Ok(Value::Object(mut e)) => match e.remove("payload") {
+                    Some(Value::Object(p)) => p,
+                    _ => Map::new(),
+                },
+                _ => Map::new(),
+            }
+        } else {
+            Map::new()
+        };
+        if self.last == 0 {
+            self.first_at = row.recorded_at.to_string();
+        }
+        self.last = row.sequence;
+        self.last_at = row.recorded_at.to_string();
+        self.status = catalog::status_change(self.stream, row.event_type, &payload).apply(self.status);
+    }
+
+    /// Report a catalog row that disagrees with the rows read, or that is missing.
+    fn check(&self, row: Option<catalog::CatalogRow>, problems: &mut Vec<Problem>) {
+        if self.last == 0 {
+            return;
+        }
+        let expected = catalog::CatalogRow {
+            run_id: self.stream.to_string(),
+            last_sequence: self.last,
+            first_recorded_at: self.first_at.clone(),
+            last_recorded_at: self.last_at.clone(),
+            status: self.status.to_string(),
+        };
+        let message = match row {
+            None => format!("the runs catalog has no row for {}", self.stream),
+            Some(r) if r != expected => format!(
+                "the runs catalog says {} ends at sequence {} ({} to {}, {}), but its events say {} ({} to {}, {})",
+                self.stream,
+                r.last_sequence,
+                r.first_recorded_at,
+                r.last_recorded_at,
+                r.status,
+                expected.last_sequence,
+                expected.first_recorded_at,
+                expected.last_recorded_at,
+                expected.status
+            ),
+            Some(_) => return,
+        };
+        problems.push(Problem {
+            kind: "catalog",
+            run_id: Some(self.stream.to_string()),
+            sequence: None,
+            artifact_id: None,
+            message,
+        });
+    }
 }
 
 fn check_row(row: RowRef<'_>, problems: &mut Vec<Problem>, referenced: &mut BTreeSet<String>) {

@@ -380,6 +380,12 @@ impl NativeWorld {
         self.submit(&env, |t| self.world.runs(t))
     }
 
+    /// A page of the runs catalog, `request` the options as JSON: `{ runs, cursor }` as JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn query_runs(&self, env: Env, request: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.query_runs(t, &request))
+    }
+
     /// Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the
     /// table holds, per row, the sequence and where each piece of the row starts in its text
     /// (little-endian f64s). With `maxUnits`, whole rows up to the first that takes the text to that

@@ -13,6 +13,7 @@ pub mod shape;
 
 use crate::core::artifacts::{artifact_id, ArtifactStore, Encoding, NewArtifact};
 use crate::core::canonical;
+use crate::core::catalog::{self, CatalogNote, StatusChange};
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
 use crate::core::json_path::{JsonPath, Seg};
@@ -143,6 +144,8 @@ pub struct PreparedAppend {
     pub expected_sequence: Option<u64>,
     /// See [`AppendRequest::index`].
     pub index: Vec<IndexWrite>,
+    /// How the event changes its stream's status in the runs catalog.
+    pub status: StatusChange,
 }
 
 /// A run-event budget estimate: `budget:estimate_committed` commits an amount to a
@@ -374,6 +377,10 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         Some(_) => (None, None, None, None),
         None => (terminal, estimate, spill, usage),
     };
+    let status = match refused {
+        Some(_) => StatusChange::Keep,
+        None => catalog::status_change(&req.run_id, &req.event_type, &payload),
+    };
     let mut text = Vec::with_capacity(capacity);
     EnvelopeFields {
         event_id: EVENT_ID_PLACEHOLDER,
@@ -416,6 +423,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         refused,
         expected_sequence: req.expected_sequence,
         index: req.index,
+        status,
     })
 }
 
@@ -870,6 +878,12 @@ fn append_one<'b>(
         digest: item.digest.as_deref(),
         recorded_at,
         envelope: &envelope,
+    })?;
+    tx.catalog(CatalogNote {
+        run_id: item.run_id.clone(),
+        sequence,
+        recorded_at: recorded_at.to_string(),
+        status: item.status,
     })?;
     if let Some(node) = &item.terminal {
         tx.insert_terminal(run, node, sequence, &item.event_type)?;

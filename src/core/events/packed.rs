@@ -389,6 +389,15 @@ mod tests {
         fn streams(&self) -> Result<Vec<crate::core::store::StreamSummary>> {
             self.0.streams()
         }
+        fn catalog_page(
+            &self,
+            query: &crate::core::catalog::RunQuery<'_>,
+        ) -> Result<Vec<crate::core::catalog::CatalogRow>> {
+            self.0.catalog_page(query)
+        }
+        fn catalog_row(&self, run_id: &str) -> Result<Option<crate::core::catalog::CatalogRow>> {
+            self.0.catalog_row(run_id)
+        }
         fn last_sequence(&self, run_id: &str) -> Result<u64> {
             self.0.last_sequence(run_id)
         }

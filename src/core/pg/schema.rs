@@ -21,6 +21,7 @@
 //! - `fold_snapshots`: each run's latest fold snapshot per fold key, a cache.
 
 use super::Db;
+use crate::core::catalog;
 use crate::core::error::{Result, WorldError};
 use tokio_postgres::Client;
 
@@ -113,6 +114,16 @@ const MIGRATIONS: &[&str] = &[
         state    text   NOT NULL,
         PRIMARY KEY (run_id, fold_key)
     );",
+    // 4: the runs catalog (see `crate::core::catalog`): each stream's status beside its last
+    // sequence and times, written by the same upsert, and read a page at a time by last
+    // `recordedAt` (with or without a status) or by id, compared by bytes (`C`) as SQLite and the
+    // memory store compare them. Streams stored before get their status from
+    // [`backfill_catalog`].
+    "ALTER TABLE {s}.runs ADD COLUMN status text;
+    ALTER TABLE {s}.runs ALTER COLUMN run_id TYPE text COLLATE \"C\";
+    ALTER TABLE {s}.runs ALTER COLUMN last_recorded_at TYPE text COLLATE \"C\";
+    CREATE INDEX runs_by_time ON {s}.runs (last_recorded_at, run_id) WHERE last_sequence > 0;
+    CREATE INDEX runs_by_status ON {s}.runs (status, last_recorded_at, run_id) WHERE last_sequence > 0;",
 ];
 
 /// This build's schema version.
@@ -123,6 +134,60 @@ fn lock_key(schema: &str) -> i64 {
     let digest = crate::core::ids::sha256_tagged(format!("little-workflow schema {schema}").as_bytes());
     let hex = digest.trim_start_matches("sha256:");
     i64::from_str_radix(&hex[..15], 16).expect("hex digits")
+}
+
+/// Give each stream stored before the catalog the status its events give
+/// ([`catalog::status_of`]), reading its rows once in stream and sequence order (a payload only
+/// where its type's change of status depends on it).
+async fn backfill_catalog(client: &Client, s: &str) -> std::result::Result<(), tokio_postgres::Error> {
+    use futures_util::TryStreamExt;
+    // The statuses are written once the read has ended: the read's rows arrive on this same
+    // connection, ahead of any other statement's answer.
+    let mut statuses: Vec<(String, &'static str)> = Vec::new();
+    let rows = client
+        .query_raw(
+            &format!("SELECT run_id, type, envelope FROM {s}.events ORDER BY run_id COLLATE \"C\", sequence"),
+            std::iter::empty::<i32>(),
+        )
+        .await?;
+    futures_util::pin_mut!(rows);
+    let empty = serde_json::Map::new();
+    let mut current: Option<(String, &'static str)> = None;
+    while let Some(row) = rows.try_next().await? {
+        let run: &str = row.get(0);
+        let t: &str = row.get(1);
+        if current.as_ref().is_none_or(|c| c.0 != run) {
+            statuses.extend(current.take());
+            current = Some((run.to_string(), catalog::initial_status(run)));
+        }
+        let payload = if catalog::reads_payload(t) {
+            match crate::core::canonical::parse_around(row.get::<_, &str>(2), 1) {
+                Ok(serde_json::Value::Object(mut e)) => match e.remove("payload") {
+                    Some(serde_json::Value::Object(p)) => Some(p),
+                    _ => None,
+                },
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let c = current.as_mut().expect("set above");
+        c.1 = catalog::status_change(&c.0, t, payload.as_ref().unwrap_or(&empty)).apply(c.1);
+    }
+    statuses.extend(current.take());
+    for chunk in statuses.chunks(10_000) {
+        let (runs, status): (Vec<&str>, Vec<&str>) = chunk.iter().map(|(r, s)| (r.as_str(), *s)).unzip();
+        client
+            .execute(
+                &format!(
+                    "UPDATE {s}.runs AS r SET status = u.status FROM unnest($1::text[], $2::text[]) AS u(run_id, status) \
+                     WHERE r.run_id = u.run_id"
+                ),
+                &[&runs, &status],
+            )
+            .await?;
+    }
+    Ok(())
 }
 
 /// Bring the schema up to [`SCHEMA_VERSION`], or refuse it; for a world opened to read only,
@@ -211,6 +276,11 @@ pub async fn migrate(db: &Db, client: &Client) -> Result<()> {
                 .batch_execute(&sql.replace("{s}", s))
                 .await
                 .map_err(|e| fail(&format!("migrating to schema {}", step + 1), e))?;
+            if step + 1 == 4 {
+                backfill_catalog(client, s)
+                    .await
+                    .map_err(|e| fail("filling the runs catalog", e))?;
+            }
         }
         client
             .execute(

@@ -7,6 +7,7 @@ use super::{
     FoldSnapshots, IndexEntry, IndexQuery, KeyedEvent, LogReader, LogTx, LogWriter, RowRef, Scope, StagedIndex,
     StoredEvent, StoredSnapshot, StreamSummary,
 };
+use crate::core::catalog::{CatalogNote, CatalogRow, CatalogStage, RunQuery};
 use crate::core::error::{Result, WorldError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +22,8 @@ struct Stream {
     estimates: HashMap<String, u64>,
     /// Token counts of the stream's model calls so far (see [`LogTx::usage`]).
     usage: [u64; 4],
+    /// The stream's status in the runs catalog.
+    status: String,
 }
 
 type Streams = BTreeMap<String, Stream>;
@@ -62,7 +65,8 @@ struct MemoryTx<'a> {
     /// Run, model, amount, released.
     staged_estimates: Vec<(String, String, u64, bool)>,
     staged_usage: Vec<(String, [u64; 4])>,
-    mark: (usize, usize, usize, usize, usize),
+    catalog: CatalogStage,
+    mark: (usize, usize, usize, usize, usize, usize),
 }
 
 impl LogTx for MemoryTx<'_> {
@@ -205,6 +209,11 @@ impl LogTx for MemoryTx<'_> {
         Ok(())
     }
 
+    fn catalog(&mut self, note: CatalogNote) -> Result<()> {
+        self.catalog.note(note);
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = (
             self.staged.len(),
@@ -212,6 +221,7 @@ impl LogTx for MemoryTx<'_> {
             self.staged_estimates.len(),
             self.staged_usage.len(),
             self.staged_index.len(),
+            self.catalog.len(),
         );
         Ok(())
     }
@@ -226,6 +236,7 @@ impl LogTx for MemoryTx<'_> {
         self.staged_estimates.truncate(self.mark.2);
         self.staged_usage.truncate(self.mark.3);
         self.staged_index.truncate(self.mark.4);
+        self.catalog.truncate(self.mark.5);
         Ok(())
     }
 }
@@ -256,7 +267,8 @@ impl LogWriter for MemoryLog {
             staged_terminals: Vec::new(),
             staged_estimates: Vec::new(),
             staged_usage: Vec::new(),
-            mark: (0, 0, 0, 0, 0),
+            catalog: CatalogStage::default(),
+            mark: (0, 0, 0, 0, 0, 0),
         };
         body(&mut tx)?;
         let MemoryTx {
@@ -265,6 +277,7 @@ impl LogWriter for MemoryLog {
             staged_estimates,
             staged_usage,
             staged_index,
+            catalog,
             ..
         } = tx;
         for w in staged_index {
@@ -290,6 +303,10 @@ impl LogWriter for MemoryLog {
                 stream.keys.insert(k.clone(), stream.rows.len());
             }
             stream.rows.push(row);
+        }
+        for w in catalog.writes() {
+            let stream = streams.entry(w.run_id).or_default();
+            stream.status = w.status.apply(&stream.status).to_string();
         }
         Ok(())
     }
@@ -378,6 +395,23 @@ impl LogReader for MemoryLog {
             .collect())
     }
 
+    fn catalog_page(&self, query: &RunQuery<'_>) -> Result<Vec<CatalogRow>> {
+        let store = self.lock();
+        let mut rows: Vec<CatalogRow> = store
+            .streams
+            .iter()
+            .filter_map(|(id, s)| catalog_row(id, s))
+            .filter(|r| query.wants(r))
+            .collect();
+        crate::core::catalog::sort(&mut rows, query.order);
+        rows.truncate(query.limit.min(usize::MAX as u64) as usize);
+        Ok(rows)
+    }
+
+    fn catalog_row(&self, run_id: &str) -> Result<Option<CatalogRow>> {
+        Ok(self.lock().streams.get(run_id).and_then(|s| catalog_row(run_id, s)))
+    }
+
     fn last_sequence(&self, run_id: &str) -> Result<u64> {
         Ok(self
             .lock()
@@ -429,6 +463,18 @@ fn entry(((index, key), (value, run, sequence)): (&(String, String), &(String, S
         run_id: run.clone(),
         sequence: *sequence,
     }
+}
+
+/// A stream's catalog row: from its rows and the status its commits left.
+fn catalog_row(id: &str, s: &Stream) -> Option<CatalogRow> {
+    let (first, last) = (s.rows.first()?, s.rows.last()?);
+    Some(CatalogRow {
+        run_id: id.to_string(),
+        last_sequence: last.sequence,
+        first_recorded_at: first.recorded_at.clone(),
+        last_recorded_at: last.recorded_at.clone(),
+        status: s.status.clone(),
+    })
 }
 
 fn keyed(r: &StoredEvent) -> KeyedEvent {

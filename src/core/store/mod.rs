@@ -10,6 +10,7 @@ pub mod memory;
 pub mod postgres;
 pub mod sqlite;
 
+use crate::core::catalog::{CatalogNote, CatalogRow, RunQuery};
 use crate::core::error::Result;
 
 /// A stored row found by its idempotency key.
@@ -189,6 +190,10 @@ pub trait LogTx {
     /// Set entry `key` of `index` to `value`, held by `run_id` at `sequence`; `None` removes it.
     /// The caller has checked that no other stream holds it.
     fn put_index(&mut self, index: &str, key: &str, value: Option<&str>, run_id: &str, sequence: u64) -> Result<()>;
+    /// Note in the runs catalog that `run_id` now ends at `sequence`, an event recorded at
+    /// `recorded_at` that changes its status by `status`; written with the transaction's commit,
+    /// one row per stream (see [`crate::core::catalog::CatalogStage`]), undone with its append.
+    fn catalog(&mut self, note: CatalogNote) -> Result<()>;
     /// Open a savepoint for one append.
     fn savepoint(&mut self) -> Result<()>;
     /// Keep what the append since the savepoint wrote.
@@ -322,8 +327,12 @@ pub trait LogReader: Send + Sync {
         limit: Option<u64>,
         sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
     ) -> Result<()>;
-    /// Every stream in the store, ordered by id.
+    /// Every stream in the store, ordered by id, as its rows say (not its catalog row).
     fn streams(&self) -> Result<Vec<StreamSummary>>;
+    /// The catalog rows a query wants, in its order, at most its limit.
+    fn catalog_page(&self, query: &RunQuery<'_>) -> Result<Vec<CatalogRow>>;
+    /// The catalog row of `run_id`, if it has one.
+    fn catalog_row(&self, run_id: &str) -> Result<Option<CatalogRow>>;
     /// The highest committed sequence of `run_id`, 0 when it has none.
     fn last_sequence(&self, run_id: &str) -> Result<u64>;
     /// The committed row of `run_id` appended with idempotency key `key`, if any.

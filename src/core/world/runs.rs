@@ -1,7 +1,8 @@
-//! The runs a world holds, with their status and cost, for `listRuns`, `little runs` and the
-//! inspector.
+//! The runs a world holds, with their status and cost, for `listRuns`, `queryRuns`, `little runs`
+//! and the inspector: read from the runs catalog, and folded for their cost.
 
 use super::World;
+use crate::core::catalog::{CatalogRow, Page, PageRequest, RunOrder, RunQuery};
 use crate::core::error::{Result, WorldError};
 use crate::core::materialize::{self, pricing::Pricing};
 use crate::core::runtime::{Output, Ticket};
@@ -19,54 +20,93 @@ pub(super) type Statuses = Mutex<std::collections::HashMap<String, ((u64, u64), 
 const MAX_STATUSES: usize = 100_000;
 
 impl World {
-    /// Every run in the world with its event count, times, status and cost; completes with JSON.
+    /// Every run in the world with its event count, times, status and cost, ordered by id;
+    /// completes with JSON. Reads the runs catalog, and folds the streams that grew since the last
+    /// listing for their cost.
     pub fn runs(&self, ticket: Ticket) -> Result<()> {
         let reader = self.inner.reader.clone();
         let pricing = self.inner.pricing.clone();
         let statuses = self.inner.statuses.clone();
         self.run(ticket, move || {
-            let mut out = Vec::new();
-            let streams = reader.streams()?;
+            let all = RunQuery {
+                status: None,
+                before: None,
+                after_time: None,
+                order: RunOrder::Id,
+                after: None,
+                limit: u64::MAX >> 1,
+            };
+            let rows = reader.catalog_page(&all)?;
             // Listed in order of id, each once: anything else is an index that is damaged.
-            if let Some(w) = streams.windows(2).find(|w| w[0].run_id >= w[1].run_id) {
+            if let Some(w) = rows.windows(2).find(|w| w[0].run_id >= w[1].run_id) {
                 return Err(WorldError::EventLogCorrupt {
                     run_id: Some(w[1].run_id.clone()),
                     sequence: None,
                     reason: "the store lists its runs out of order or one twice: its index is damaged (run `little verify --thorough`)".into(),
                 });
             }
-            for s in streams {
-                let mut row = serde_json::to_value(&s).expect("summary serializes");
-                let length = (s.last_sequence, s.event_count);
-                let known = statuses
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&s.run_id)
-                    .filter(|(at, ..)| *at == length)
-                    .map(|(_, status, cost)| (status.clone(), cost.clone()));
-                let (status, cost) = match known {
-                    Some(known) => known,
-                    None => match stream_status(&*reader, &s.run_id, &pricing) {
-                        Ok((status, cost)) => {
-                            let mut statuses = statuses.lock().unwrap_or_else(|p| p.into_inner());
-                            if statuses.len() >= MAX_STATUSES {
-                                statuses.clear();
-                            }
-                            statuses.insert(s.run_id.clone(), (length, status.clone(), cost.clone()));
-                            (status, cost)
-                        }
-                        // A damaged stream is listed as such; `little verify` says what is wrong
-                        // with it. (Not remembered: the read may have failed for a passing reason.)
-                        Err(_) => (serde_json::json!("unreadable"), serde_json::Value::Null),
-                    },
-                };
-                row["status"] = status;
-                row["costUsd"] = cost;
-                out.push(row);
-            }
+            let out: Vec<_> = rows.into_iter().map(|r| summary(&*reader, &pricing, &statuses, r)).collect();
             Ok(Output::Json(serde_json::Value::Array(out).to_string()))
         })
     }
+
+    /// A page of the runs catalog (see [`crate::core::catalog::Page`]), `request` its options as
+    /// JSON; completes with `{ runs, cursor }`. Only the page's runs are folded for their cost.
+    pub fn query_runs(&self, ticket: Ticket, request: &str) -> Result<()> {
+        let request: PageRequest = serde_json::from_str(request)
+            .map_err(|e| WorldError::validation("queryRuns options", format!("are not valid: {e}")))?;
+        let page = Page::from_request(request)?;
+        let reader = self.inner.reader.clone();
+        let pricing = self.inner.pricing.clone();
+        let statuses = self.inner.statuses.clone();
+        self.run(ticket, move || {
+            let mut rows = Vec::new();
+            for q in page.queries() {
+                rows.extend(reader.catalog_page(&q)?);
+            }
+            let (rows, cursor) = page.finish(rows);
+            let runs: Vec<_> = rows.into_iter().map(|r| summary(&*reader, &pricing, &statuses, r)).collect();
+            Ok(Output::Json(serde_json::json!({ "runs": runs, "cursor": cursor }).to_string()))
+        })
+    }
+}
+
+/// A catalog row as `listRuns` and `queryRuns` give it: with its event count and its cost, and
+/// `unreadable` for the status of a stream whose events do not fold.
+fn summary(reader: &dyn LogReader, pricing: &Pricing, statuses: &Statuses, r: CatalogRow) -> serde_json::Value {
+    let length = (r.last_sequence, r.last_sequence);
+    let known = statuses
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&r.run_id)
+        .filter(|(at, ..)| *at == length)
+        .map(|(_, status, cost)| (status.clone(), cost.clone()));
+    let (status, cost) = match known {
+        Some(known) => known,
+        None => match stream_status(reader, &r.run_id, pricing) {
+            Ok((_, cost)) => {
+                let status = serde_json::json!(r.status);
+                let mut statuses = statuses.lock().unwrap_or_else(|p| p.into_inner());
+                if statuses.len() >= MAX_STATUSES {
+                    statuses.clear();
+                }
+                statuses.insert(r.run_id.clone(), (length, status.clone(), cost.clone()));
+                (status, cost)
+            }
+            // A damaged stream is listed as such; `little verify` says what is wrong with it.
+            // (Not remembered: the read may have failed for a passing reason.)
+            Err(_) => (serde_json::json!("unreadable"), serde_json::Value::Null),
+        },
+    };
+    serde_json::json!({
+        "runId": r.run_id,
+        "eventCount": r.last_sequence,
+        "lastSequence": r.last_sequence,
+        "firstRecordedAt": r.first_recorded_at,
+        "lastRecordedAt": r.last_recorded_at,
+        "status": status,
+        "costUsd": cost,
+    })
 }
 
 /// A stream's status and cost in dollars: from the run-event fold for a run-event stream (a

@@ -225,15 +225,18 @@ impl Statements {
                 .prepare_typed(
                     &format!(
                         "INSERT INTO {} AS r (run_id, last_sequence, first_recorded_at, last_recorded_at, \
-                         input_tokens, output_tokens, cached_tokens, reasoning_tokens) \
-                         SELECT u.run_id, u.last, u.at, u.at, u.i, u.o, u.c, u.rt \
-                         FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) \
-                         AS u(run_id, last, at, i, o, c, rt) ORDER BY u.run_id \
+                         input_tokens, output_tokens, cached_tokens, reasoning_tokens, status) \
+                         SELECT u.run_id, u.last, u.at, u.at, u.i, u.o, u.c, u.rt, u.st \
+                         FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
+                         $8::text[]) AS u(run_id, last, at, i, o, c, rt, st) ORDER BY u.run_id \
                          ON CONFLICT (run_id) DO UPDATE SET last_sequence = excluded.last_sequence, \
                          first_recorded_at = coalesce(r.first_recorded_at, excluded.first_recorded_at), \
                          last_recorded_at = excluded.last_recorded_at, input_tokens = excluded.input_tokens, \
                          output_tokens = excluded.output_tokens, cached_tokens = excluded.cached_tokens, \
-                         reasoning_tokens = excluded.reasoning_tokens",
+                         reasoning_tokens = excluded.reasoning_tokens, \
+                         status = CASE WHEN excluded.status IS NULL THEN r.status \
+                         WHEN excluded.status = '' THEN CASE WHEN r.status = 'pending' THEN 'running' ELSE r.status END \
+                         ELSE excluded.status END",
                         t("runs")
                     ),
                     &[
@@ -244,6 +247,7 @@ impl Statements {
                         int_array.clone(),
                         int_array.clone(),
                         int_array.clone(),
+                        text_array.clone(),
                     ],
                 )
                 .await?,
@@ -479,9 +483,9 @@ impl PgWriter {
         // The streams' rows first: a transaction begun here takes their locks with this write.
         let runs = async {
             if !w.runs.is_empty() {
-                let (ids, last, at, i, o, ca, rt) = w.run_columns();
+                let (ids, last, at, i, o, ca, rt, st) = w.run_columns();
                 c.client
-                    .execute(&c.st.put_runs, &[&ids, &last, &at, &i, &o, &ca, &rt])
+                    .execute(&c.st.put_runs, &[&ids, &last, &at, &i, &o, &ca, &rt, &st])
                     .await
                     .map_err(fail("recording the streams' last sequences"))?;
             }

@@ -9,6 +9,7 @@
 //! for it (notifications still wake a stream's readers meanwhile: see `listen`).
 
 use super::listen::Listener;
+use crate::core::catalog::{CatalogRow, RunOrder, RunQuery};
 use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
 use crate::core::store::{
@@ -207,6 +208,61 @@ impl LogReader for PgReader {
             .collect()
     }
 
+    fn catalog_page(&self, query: &RunQuery<'_>) -> Result<Vec<CatalogRow>> {
+        let mut sql = format!(
+            "SELECT run_id, last_sequence, first_recorded_at, last_recorded_at, status FROM {} WHERE last_sequence > 0",
+            self.db.table("runs")
+        );
+        let mut values: Vec<&str> = Vec::new();
+        let mut arg = |v| {
+            values.push(v);
+            format!("${}", values.len())
+        };
+        if let Some(s) = query.status {
+            sql.push_str(&format!(" AND status = {}", arg(s)));
+        }
+        if let Some(b) = query.before {
+            sql.push_str(&format!(" AND last_recorded_at < {}", arg(b)));
+        }
+        if let Some(a) = query.after_time {
+            sql.push_str(&format!(" AND last_recorded_at >= {}", arg(a)));
+        }
+        if let Some(c) = query.after {
+            let clause = match query.order {
+                RunOrder::Id => format!(" AND run_id > {}", arg(&c.run_id)),
+                order => {
+                    let op = if order == RunOrder::Newest { "<" } else { ">" };
+                    let (at, id) = (arg(&c.last_recorded_at), arg(&c.run_id));
+                    format!(" AND (last_recorded_at, run_id) {op} ({at}, {id})")
+                }
+            };
+            sql.push_str(&clause);
+        }
+        sql.push_str(match query.order {
+            RunOrder::Newest => " ORDER BY last_recorded_at DESC, run_id DESC",
+            RunOrder::Oldest => " ORDER BY last_recorded_at, run_id",
+            RunOrder::Id => " ORDER BY run_id",
+        });
+        sql.push_str(&format!(" LIMIT {}", query.limit.min(i64::MAX as u64)));
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            values.iter().map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+        let rows = self.query("reading the runs catalog", &sql, &refs)?;
+        rows.iter().map(catalog_row).collect()
+    }
+
+    fn catalog_row(&self, run_id: &str) -> Result<Option<CatalogRow>> {
+        let rows = self.query(
+            "reading the runs catalog",
+            &format!(
+                "SELECT run_id, last_sequence, first_recorded_at, last_recorded_at, status FROM {} \
+                 WHERE run_id = $1 AND last_sequence > 0",
+                self.db.table("runs")
+            ),
+            &[&run_id],
+        )?;
+        rows.first().map(catalog_row).transpose()
+    }
+
     fn last_sequence(&self, run_id: &str) -> Result<u64> {
         let rows = self.query(
             "reading a stream's last sequence",
@@ -392,5 +448,15 @@ fn index_entry(row: &tokio_postgres::Row) -> Result<IndexEntry> {
         value: col(row, 2)?,
         run_id: col(row, 3)?,
         sequence: col::<i64>(row, 4)? as u64,
+    })
+}
+
+fn catalog_row(row: &tokio_postgres::Row) -> Result<CatalogRow> {
+    Ok(CatalogRow {
+        run_id: col(row, 0)?,
+        last_sequence: col::<i64>(row, 1)? as u64,
+        first_recorded_at: col::<Option<String>>(row, 2)?.unwrap_or_default(),
+        last_recorded_at: col::<Option<String>>(row, 3)?.unwrap_or_default(),
+        status: col::<Option<String>>(row, 4)?.unwrap_or_default(),
     })
 }

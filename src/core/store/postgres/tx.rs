@@ -17,6 +17,7 @@
 use super::Conn;
 use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
+use crate::core::catalog::{CatalogNote, CatalogStage, StatusChange};
 use crate::core::store::{KeyedEvent, LogTx, RowRef, StagedIndex};
 use std::collections::{HashMap, HashSet};
 use tokio_postgres::types::ToSql;
@@ -109,7 +110,8 @@ pub(super) struct PgTx<'a> {
     usage: Vec<(String, [u64; 4])>,
     /// Index, key, value (`None` removes), stream, sequence.
     index: Vec<StagedIndex>,
-    mark: (usize, usize, usize, usize, usize),
+    catalog: CatalogStage,
+    mark: (usize, usize, usize, usize, usize, usize),
     /// Started from what the writer remembers, without locks (see the module's doc).
     remembered: bool,
     /// Set when a transaction started from memory met a question or a refusal that needs the
@@ -136,13 +138,18 @@ pub(super) struct Writes<'a> {
     pub index_set: (Vec<&'a str>, Vec<&'a str>, Vec<&'a str>, Vec<&'a str>, Vec<i64>),
     /// Index entries removed: index, key.
     pub index_removed: (Vec<&'a str>, Vec<&'a str>),
-    /// Each stream written to: its last sequence, its last `recordedAt` and its token counts.
-    pub runs: Vec<(&'a str, u64, &'a str, [u64; 4])>,
+    /// Each stream written to: its last sequence, its last `recordedAt`, its token counts and the
+    /// change of its status.
+    pub runs: Vec<(&'a str, u64, &'a str, [u64; 4], StatusChange)>,
 }
 
 impl Writes<'_> {
     #[allow(clippy::type_complexity)]
-    pub fn run_columns(&self) -> (Vec<&str>, Vec<i64>, Vec<&str>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>) {
+    /// The streams' rows as columns; a change of status as the status it sets, `''` for one that
+    /// moves a pending stream to running, and null for none.
+    pub fn run_columns(
+        &self,
+    ) -> (Vec<&str>, Vec<i64>, Vec<&str>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<Option<&str>>) {
         let mut out = (
             Vec::new(),
             Vec::new(),
@@ -151,8 +158,14 @@ impl Writes<'_> {
             Vec::new(),
             Vec::new(),
             Vec::new(),
+            Vec::new(),
         );
-        for (run, last, at, usage) in &self.runs {
+        for (run, last, at, usage, status) in &self.runs {
+            out.7.push(match status.parts() {
+                (Some(set), _) => Some(set),
+                (None, true) => Some(""),
+                (None, false) => None,
+            });
             out.0.push(*run);
             out.1.push(*last as i64);
             out.2.push(*at);
@@ -193,7 +206,8 @@ impl<'a> PgTx<'a> {
             estimates: Vec::new(),
             usage: Vec::new(),
             index: Vec::new(),
-            mark: (0, 0, 0, 0, 0),
+            catalog: CatalogStage::default(),
+            mark: (0, 0, 0, 0, 0, 0),
             remembered,
             needs_server: false,
         }
@@ -321,11 +335,17 @@ impl<'a> PgTx<'a> {
             e.6.push(&r.recorded_at);
             e.7.push(&r.envelope);
             let at = *runs.entry(&r.run_id).or_insert_with(|| {
-                w.runs.push((&r.run_id, 0, "", self.known.runs[&r.run_id].usage));
+                w.runs
+                    .push((&r.run_id, 0, "", self.known.runs[&r.run_id].usage, StatusChange::Keep));
                 w.runs.len() - 1
             });
             w.runs[at].1 = r.sequence;
             w.runs[at].2 = &r.recorded_at;
+        }
+        for c in self.catalog.writes() {
+            if let Some(&at) = runs.get(c.run_id.as_str()) {
+                w.runs[at].4 = c.status;
+            }
         }
         for (run, tokens) in &self.usage {
             if let Some(&at) = runs.get(run.as_str()) {
@@ -581,6 +601,11 @@ impl LogTx for PgTx<'_> {
         Ok(())
     }
 
+    fn catalog(&mut self, note: CatalogNote) -> Result<()> {
+        self.catalog.note(note);
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = (
             self.rows.len(),
@@ -588,6 +613,7 @@ impl LogTx for PgTx<'_> {
             self.estimates.len(),
             self.usage.len(),
             self.index.len(),
+            self.catalog.len(),
         );
         Ok(())
     }
@@ -604,6 +630,7 @@ impl LogTx for PgTx<'_> {
         self.estimates.truncate(self.mark.2);
         self.usage.truncate(self.mark.3);
         self.index.truncate(self.mark.4);
+        self.catalog.truncate(self.mark.5);
         Ok(())
     }
 

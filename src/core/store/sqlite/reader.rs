@@ -3,6 +3,7 @@
 use super::connect::{connect, on, Access};
 use super::files::{beside, StoreFiles};
 use super::last_sequence;
+use crate::core::catalog::{CatalogRow, RunOrder, RunQuery};
 use crate::core::error::{Result, WorldError};
 use crate::core::store::{Changes, IndexEntry, IndexQuery, KeyedEvent, LogReader, RowRef, StreamSummary};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -178,6 +179,50 @@ impl LogReader for SqliteReader {
         })
     }
 
+    fn catalog_page(&self, query: &RunQuery<'_>) -> Result<Vec<CatalogRow>> {
+        let (sql, values) = catalog_sql(query);
+        self.with_conn(|conn| {
+            let err = |e| WorldError::sqlite("reading the runs catalog", e);
+            if !has_catalog(conn)? {
+                let mut rows = Vec::new();
+                super::schema::catalog_from_events(conn, None, |r| {
+                    if query.wants(&r) {
+                        rows.push(r);
+                    }
+                    Ok(())
+                })
+                .map_err(err)?;
+                crate::core::catalog::sort(&mut rows, query.order);
+                rows.truncate(query.limit.min(usize::MAX as u64) as usize);
+                return Ok(rows);
+            }
+            let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(values.iter()), catalog_row)
+                .map_err(err)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(err)
+        })
+    }
+
+    fn catalog_row(&self, run_id: &str) -> Result<Option<CatalogRow>> {
+        self.with_conn(|conn| {
+            if !has_catalog(conn)? {
+                let mut found = None;
+                super::schema::catalog_from_events(conn, Some(run_id), |r| {
+                    found = Some(r);
+                    Ok(())
+                })
+                .map_err(|e| WorldError::sqlite("reading the runs catalog", e))?;
+                return Ok(found);
+            }
+            conn.prepare_cached(
+                "SELECT run_id, last_sequence, first_recorded_at, last_recorded_at, status FROM runs WHERE run_id = ?1",
+            )
+            .and_then(|mut s| s.query_row([run_id], catalog_row).optional())
+            .map_err(|e| WorldError::sqlite("reading the runs catalog", e))
+        })
+    }
+
     fn last_sequence(&self, run_id: &str) -> Result<u64> {
         self.with_conn(|conn| last_sequence(conn, run_id))
     }
@@ -343,4 +388,64 @@ fn index_entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<IndexEntry> {
         run_id: r.get(3)?,
         sequence: r.get::<_, i64>(4)? as u64,
     })
+}
+
+/// Whether the database has the runs catalog: a world an earlier version wrote, opened read-only,
+/// has not been upgraded, and its catalog is worked out from its events instead.
+fn has_catalog(conn: &Connection) -> Result<bool> {
+    conn.prepare_cached("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'")
+        .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+        .map(|n| n > 0)
+        .map_err(|e| WorldError::sqlite("reading the schema", e))
+}
+
+fn catalog_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CatalogRow> {
+    Ok(CatalogRow {
+        run_id: r.get(0)?,
+        last_sequence: r.get::<_, i64>(1)? as u64,
+        first_recorded_at: r.get(2)?,
+        last_recorded_at: r.get(3)?,
+        status: r.get(4)?,
+    })
+}
+
+/// The statement and its values for a page of the catalog. Each order reads an index in order
+/// (`runs_by_time`, or `runs_by_status` for one status, or the primary key by id), starting after
+/// the cursor's row, so a page reads about as many rows as it returns.
+fn catalog_sql(q: &RunQuery<'_>) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = String::from(
+        "SELECT run_id, last_sequence, first_recorded_at, last_recorded_at, status FROM runs WHERE 1",
+    );
+    let mut values: Vec<rusqlite::types::Value> = Vec::new();
+    let mut bind = |sql: &mut String, clause: &str, v: &str| {
+        values.push(v.to_string().into());
+        sql.push_str(&clause.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(s) = q.status {
+        bind(&mut sql, " AND status = ?", s);
+    }
+    if let Some(b) = q.before {
+        bind(&mut sql, " AND last_recorded_at < ?", b);
+    }
+    if let Some(a) = q.after_time {
+        bind(&mut sql, " AND last_recorded_at >= ?", a);
+    }
+    if let Some(c) = q.after {
+        match q.order {
+            RunOrder::Id => bind(&mut sql, " AND run_id > ?", &c.run_id),
+            order => {
+                let op = if order == RunOrder::Newest { "<" } else { ">" };
+                bind(&mut sql, &format!(" AND (last_recorded_at, run_id) {op} (?"), &c.last_recorded_at);
+                bind(&mut sql, ", ?)", &c.run_id);
+            }
+        }
+    }
+    sql.push_str(match q.order {
+        RunOrder::Newest => " ORDER BY last_recorded_at DESC, run_id DESC",
+        RunOrder::Oldest => " ORDER BY last_recorded_at, run_id",
+        RunOrder::Id => " ORDER BY run_id",
+    });
+    values.push((q.limit.min(i64::MAX as u64) as i64).into());
+    sql.push_str(&format!(" LIMIT ?{}", values.len()));
+    (sql, values)
 }

@@ -23,6 +23,7 @@
 //! `little_world_writer` with the new number (schema 5 does).
 
 use crate::core::canonical;
+use crate::core::catalog;
 use crate::core::error::{Result, WorldError};
 use crate::core::run_events::{self, stored::stream_of};
 use rusqlite::config::DbConfig;
@@ -115,6 +116,25 @@ const MIGRATIONS: &[&str] = &[
      BEGIN
         SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
      END;",
+    // 7: the runs catalog (see `crate::core::catalog`): one row per stream, written in the
+    // transaction of its events, read a page at a time by last `recordedAt` (with or without a
+    // status) or by id. Streams stored before are filled in by [`backfill_catalog`]. The fence is
+    // raised.
+    "CREATE TABLE runs (
+        run_id            TEXT    NOT NULL PRIMARY KEY,
+        last_sequence     INTEGER NOT NULL,
+        first_recorded_at TEXT    NOT NULL,
+        last_recorded_at  TEXT    NOT NULL,
+        status            TEXT    NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX runs_by_time ON runs (last_recorded_at, run_id);
+    CREATE INDEX runs_by_status ON runs (status, last_recorded_at, run_id);
+    DROP TRIGGER events_writer;
+    CREATE TRIGGER events_writer BEFORE INSERT ON events
+     WHEN NOT little_world_writer(7)
+     BEGIN
+        SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
+     END;",
 ];
 
 /// The schema version this build writes.
@@ -200,6 +220,7 @@ pub fn migrate(conn: &mut Connection, db_path: &str) -> Result<()> {
                 2 => backfill_terminals(&tx),
                 3 => backfill_estimates(&tx),
                 5 => backfill_usage(&tx),
+                7 => backfill_catalog(&tx),
                 _ => Ok(()),
             })
             .map_err(|e| WorldError::sqlite(format!("migrating to schema {target}"), e))?;
@@ -235,6 +256,76 @@ fn stored_rows(
         each(row.get(0)?, row.get::<_, i64>(1)? as u64, row.get(2)?, payload)?;
     }
     Ok(())
+}
+
+/// Fill the runs catalog from the rows already stored (see [`catalog_from_events`]).
+fn backfill_catalog(conn: &Connection) -> rusqlite::Result<()> {
+    let mut insert = conn.prepare(
+        "INSERT INTO runs (run_id, last_sequence, first_recorded_at, last_recorded_at, status) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    catalog_from_events(conn, None, |r| {
+        insert
+            .execute(rusqlite::params![r.run_id, r.last_sequence as i64, r.first_recorded_at, r.last_recorded_at, r.status])
+            .map(|_| ())
+    })
+}
+
+/// The catalog rows the stored events give (of `run` alone, if given), in id order: each
+/// stream's last sequence, the times of its first and last rows, and the status its events give
+/// ([`catalog::status_change`]). Reads every row once in stream and sequence order, and a payload
+/// only where its type's change of status depends on it. What the upgrade fills the catalog
+/// with, and what a world opened read-only reads where an earlier version left no catalog.
+pub fn catalog_from_events(
+    conn: &Connection,
+    run: Option<&str>,
+    mut each: impl FnMut(catalog::CatalogRow) -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let mut rows = conn.prepare(
+        "SELECT run_id, sequence, type, recorded_at, envelope FROM events WHERE ?1 IS NULL OR run_id = ?1 ORDER BY run_id, sequence",
+    )?;
+    let mut cursor = rows.query([run])?;
+    let mut current: Option<catalog::CatalogRow> = None;
+    let empty = Map::new();
+    while let Some(row) = cursor.next()? {
+        let run: String = row.get(0)?;
+        if current.as_ref().is_none_or(|c| c.run_id != run) {
+            if let Some(done) = current.take() {
+                each(done)?;
+            }
+            let at: String = row.get(3)?;
+            let status = catalog::initial_status(&run).to_string();
+            current = Some(catalog::CatalogRow {
+                run_id: run,
+                last_sequence: 0,
+                first_recorded_at: at.clone(),
+                last_recorded_at: at,
+                status,
+            });
+        }
+        let c = current.as_mut().expect("set above");
+        let t: String = row.get(2)?;
+        let payload = if catalog::reads_payload(&t) {
+            let envelope: String = row.get(4)?;
+            match canonical::parse_around(&envelope, 1) {
+                Ok(Value::Object(mut e)) => match e.remove("payload") {
+                    Some(Value::Object(p)) => Some(p),
+                    _ => None,
+                },
+                _ => None,
+            }
+        } else {
+            None
+        };
+        c.last_sequence = row.get::<_, i64>(1)? as u64;
+        c.last_recorded_at = row.get(3)?;
+        c.status = catalog::status_change(&c.run_id, &t, payload.as_ref().unwrap_or(&empty))
+            .apply(&c.status)
+            .to_string();
+    }
+    match current {
+        Some(done) => each(done),
+        None => Ok(()),
+    }
 }
 
 /// Fill `terminals` from the rows already stored: a stream's first end and each node's first

@@ -5,6 +5,7 @@ use super::connect::{on, BUSY_TIMEOUT};
 use super::files::{OpenedFile, StoreFiles, WAL};
 use super::reader::find_by_key;
 use super::{exec, last_sequence, schema, terminal};
+use crate::core::catalog::{CatalogNote, CatalogStage, CatalogWrite};
 use crate::core::error::{Result, WorldError};
 use crate::core::store::{KeyedEvent, LogTx, LogWriter, RowRef, Scope};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -224,6 +225,8 @@ impl SqliteWriter {
             tails: &self.tails,
             staged: Vec::new(),
             mark: 0,
+            catalog: CatalogStage::default(),
+            catalog_mark: 0,
         };
         let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx))) {
             Ok(result) => result,
@@ -240,6 +243,8 @@ impl SqliteWriter {
             }
         };
         let staged = std::mem::take(&mut tx.staged);
+        // The catalog's rows go in last, once per stream, inside the same transaction.
+        let result = result.and_then(|()| put_catalog(&self.conn, &tx.catalog.writes()));
         if let Err(e) = result {
             // Nothing of this transaction stays, so what was remembered before it still holds;
             // and no other connection can have committed while it held the write lock.
@@ -286,6 +291,39 @@ pub(super) struct SqliteTx<'c> {
     pub(super) staged: Vec<(String, Tail)>,
     /// `staged.len()` at the open savepoint.
     pub(super) mark: usize,
+    pub(super) catalog: CatalogStage,
+    /// `catalog.len()` at the open savepoint.
+    pub(super) catalog_mark: usize,
+}
+
+/// Write a transaction's catalog rows (see [`crate::core::catalog`]).
+fn put_catalog(conn: &Connection, writes: &[CatalogWrite]) -> Result<()> {
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT INTO runs (run_id, last_sequence, first_recorded_at, last_recorded_at, status)
+             VALUES (?1, ?2, coalesce(?3, ?4), ?4, coalesce(?5, 'pending'))
+             ON CONFLICT (run_id) DO UPDATE SET
+                last_sequence = excluded.last_sequence,
+                first_recorded_at = coalesce(?3, first_recorded_at),
+                last_recorded_at = excluded.last_recorded_at,
+                status = CASE WHEN ?5 IS NOT NULL THEN ?5
+                              WHEN ?6 AND status = 'pending' THEN 'running'
+                              ELSE status END",
+        )
+        .map_err(|e| WorldError::sqlite("recording the runs catalog", e))?;
+    for w in writes {
+        let (set, touch) = w.status.parts();
+        stmt.execute(params![
+            w.run_id,
+            w.last_sequence as i64,
+            w.first_recorded_at,
+            w.last_recorded_at,
+            set,
+            touch
+        ])
+        .map_err(|e| WorldError::sqlite("recording the runs catalog", e))?;
+    }
+    Ok(())
 }
 
 impl SqliteTx<'_> {
@@ -472,8 +510,14 @@ impl LogTx for SqliteTx<'_> {
             .map_err(|e| WorldError::sqlite("writing an index entry", e))
     }
 
+    fn catalog(&mut self, note: CatalogNote) -> Result<()> {
+        self.catalog.note(note);
+        Ok(())
+    }
+
     fn savepoint(&mut self) -> Result<()> {
         self.mark = self.staged.len();
+        self.catalog_mark = self.catalog.len();
         self.exec("SAVEPOINT append", "opening a savepoint")
     }
 
@@ -483,6 +527,7 @@ impl LogTx for SqliteTx<'_> {
 
     fn rollback_to(&mut self) -> Result<()> {
         self.staged.truncate(self.mark);
+        self.catalog.truncate(self.catalog_mark);
         self.exec("ROLLBACK TO append", "rolling back a savepoint")?;
         self.exec("RELEASE append", "releasing a savepoint")
     }
