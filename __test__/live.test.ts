@@ -394,8 +394,9 @@ describe('little serve', () => {
     await appendEvent(world, 'run_api', step(1));
     const s = await serve(world);
     try {
-      const runs = (await (await fetch(`${s.base}/api/runs`)).json()) as Array<{ runId: string }>;
+      const { runs, cursor } = (await (await fetch(`${s.base}/api/runs`)).json()) as { runs: Array<{ runId: string }>; cursor: string | null };
       expect(runs.map((r: { runId: string }) => r.runId)).toEqual(['run_api']);
+      expect(cursor).toBeNull();
       const state = (await (await fetch(`${s.base}/api/runs/run_api/state`)).json()) as { eventCount: number };
       expect(state.eventCount).toBe(1);
       expect((await fetch(`${s.base}/api/runs/not%20a%20run/state`)).status).toBe(400);

@@ -57,10 +57,10 @@ async function listening(dataDir: string) {
 }
 
 describe('little serve', () => {
-  it('works out one list of runs at a time, each begun after the requests it answers came', async () => {
+  it('reads a page of runs once for the requests that ask for it meanwhile, each begun after the requests it answers came', async () => {
     const world = track(localWorld({ dataDir: await seeded(3), durability: 'normal' }));
     // Ordered by events, not by timers (a loaded machine took more than 50 ms to send a request):
-    // the first listing holds its answer until the test lets it go, after the later requests came.
+    // the first reading holds its answer until the test lets it go, after the later requests came.
     let calls = 0;
     let listed!: () => void;
     const firstListed = new Promise<void>((r) => (listed = r));
@@ -68,19 +68,19 @@ describe('little serve', () => {
     const released = new Promise<void>((r) => (release = r));
     const slow = {
       ...lib,
-      listRuns: async (w: Parameters<typeof lib.listRuns>[0]) => {
+      queryRuns: async (w: Parameters<typeof lib.queryRuns>[0], opts: Parameters<typeof lib.queryRuns>[1]) => {
         const call = ++calls;
-        const runs = await lib.listRuns(w);
+        const page = await lib.queryRuns(w, opts);
         if (call === 1) {
           listed();
           await released;
         }
-        return runs;
+        return page;
       },
     };
     const server = createServer(slow, world);
-    // The handler asks for its listing before its first await, so once a request's event has
-    // been emitted, that request is waiting on a listing.
+    // The handler asks for its page before its first await, so once a request's event has been
+    // emitted, that request is waiting on a reading.
     let requests = 0;
     let allCame!: () => void;
     const sixCame = new Promise<void>((r) => (allCame = r));
@@ -89,19 +89,20 @@ describe('little serve', () => {
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
     const port = (server.address() as AddressInfo).port;
-    const get = () => fetch(`http://127.0.0.1:${port}/api/runs`).then((r) => r.json() as Promise<{ eventCount: number }[]>);
+    type Page = { runs: { eventCount: number }[]; cursor: string | null };
+    const get = () => fetch(`http://127.0.0.1:${port}/api/runs`).then((r) => r.json() as Promise<Page>);
     try {
       const first = get();
-      await firstListed; // the first listing has read the runs
-      // Appended after it began, before these requests: they share one listing, begun after it.
+      await firstListed; // the first reading has read the runs
+      // Appended after it began, before these requests: they share one reading, begun after it.
       await appendEvent(world, 'run_r', { type: 'Note', payload: {} });
       const later = Promise.all(Array.from({ length: 5 }, get));
       await sixCame;
       release();
-      expect((await first)[0].eventCount).toBe(3);
+      expect((await first).runs[0].eventCount).toBe(3);
       const answers = await later;
       for (const b of answers) expect(b).toEqual(answers[0]);
-      expect(answers[0][0].eventCount).toBe(4);
+      expect(answers[0].runs[0].eventCount).toBe(4);
       expect(calls).toBe(2);
     } finally {
       release();

@@ -4,7 +4,8 @@
 //   little events <runId>    one canonical JSON envelope per line (for jq)
 //   little replay <runId>    the materialized state as JSON
 //   little verify [runId]    re-check the store, density, event ids, payloads, artifact hashes
-//   little runs              the runs in the world, one JSON object per line
+//   little runs              the runs in the world, one JSON object per line, read a page at a
+//                            time (--status, --before, --after, --order, --limit)
 //   little serve             the inspector page and a read-only API (Server-Sent Events)
 //
 // Every command takes --data-dir DIR (default ./.little-workflow), or --database-url URL (or
@@ -25,6 +26,7 @@ commands:
   verify [runId]    re-check a run, or the whole world; exit 1 when problems are found
                     (--thorough: the store's full integrity check)
   runs              print the runs in the world, one JSON object per line
+                    (--status, --before, --after, --order, --limit: little runs --help)
   serve             serve the inspector and a read-only API of every run: on loopback only,
                     or with a token (little serve --help)
 
@@ -52,10 +54,20 @@ quick_check, or with --thorough its integrity_check, which also compares every i
 table), dense sequences, event ids, canonical payloads, rows that agree with their envelopes,
 stored run-event bodies, referenced artifacts, artifact hashes and sizes.
 Prints a JSON report; exits 1 when it finds a problem.`,
-  runs: `usage: little runs [world options]
+  runs: `usage: little runs [--status S,S] [--before ISO] [--after ISO] [--order O] [--limit N]
+                  [world options]
 
 Prints each run in the world as one JSON object per line: runId, eventCount, lastSequence,
-firstRecordedAt, lastRecordedAt, status, costUsd.`,
+firstRecordedAt, lastRecordedAt, status, costUsd. Reads the runs a page at a time, printing as it
+goes.
+
+  --status S,S          only runs in one of these statuses (pending, running, paused, completed,
+                        failed, cancelled; open for a session; unreadable)
+  --before ISO          only runs whose last event was recorded before this time
+                        (2026-01-31T12:00:00Z)
+  --after ISO           only runs whose last event was recorded at or after this time
+  --order O             id (the default), newest (by last event, latest first) or oldest
+  --limit N             print at most N runs (default: every run)`,
 };
 
 function out(line) {
@@ -85,6 +97,38 @@ class NoSuchRun extends Error {}
 async function requireRun(lib, world, runId, label) {
   const first = await lib.listEvents(world, runId, { limit: 1 });
   if (first.length === 0) throw new NoSuchRun(`${runId} has no events in ${label} (see little runs)`);
+}
+
+/** Runs read per page by `little runs`. */
+const RUNS_PAGE = 1000;
+/** The options of `little runs`, besides the world's. */
+const RUNS_OPTIONS = {
+  status: { type: 'string' },
+  before: { type: 'string' },
+  after: { type: 'string' },
+  order: { type: 'string' },
+  limit: { type: 'string' },
+};
+
+/**
+ * The queryRuns options `little runs`'s flags ask for, in id order unless --order says otherwise,
+ * and how many runs to print at most (Infinity: every run). Times are judged by queryRuns.
+ */
+function runsOptions(values) {
+  const query = { order: values.order ?? 'id' };
+  if (!['id', 'newest', 'oldest'].includes(query.order)) throw new UsageError(`invalid --order ${JSON.stringify(values.order)}: expected id, newest or oldest`);
+  if (values.status !== undefined) {
+    query.status = values.status.split(',').map((s) => s.trim());
+    if (query.status.some((s) => s === '')) throw new UsageError(`invalid --status ${JSON.stringify(values.status)}: expected status names separated by commas (completed,failed)`);
+  }
+  if (values.before !== undefined) query.lastRecordedBefore = values.before;
+  if (values.after !== undefined) query.lastRecordedAfter = values.after;
+  let limit = Infinity;
+  if (values.limit !== undefined) {
+    limit = /^\d{1,15}$/.test(values.limit) ? Number(values.limit) : 0;
+    if (limit < 1) throw new UsageError(`invalid --limit ${JSON.stringify(values.limit)}: expected a positive integer`);
+  }
+  return { query, limit };
 }
 
 const COMMANDS = {
@@ -132,10 +176,27 @@ const COMMANDS = {
     await out(JSON.stringify(report, null, 2));
     return report.ok ? 0 : 1;
   },
-  async runs(lib, world, positionals) {
+  async runs(lib, world, positionals, values) {
     if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
-    for (const r of await lib.listRuns(world)) await out(JSON.stringify(r));
-    return 0;
+    const { query, limit } = runsOptions(values);
+    // A page at a time, each printed before the next is read: output starts at once, and memory
+    // holds one page however many runs the world has.
+    let left = limit;
+    let cursor;
+    for (;;) {
+      let page;
+      try {
+        page = await lib.queryRuns(world, { ...query, limit: Math.min(RUNS_PAGE, left), ...(cursor === undefined ? {} : { cursor }) });
+      } catch (err) {
+        // A time the core refuses is said as the flag that gave it.
+        if (err && err.code === 'EVENT_VALIDATION') throw new UsageError(String(err.message).replace(/^lastRecorded(Before|After):/, (_, w) => `--${w.toLowerCase()}:`));
+        throw err;
+      }
+      for (const r of page.runs) await out(JSON.stringify(r));
+      left -= page.runs.length;
+      if (page.cursor === null || left <= 0) return 0;
+      cursor = page.cursor;
+    }
   },
 };
 
@@ -158,6 +219,7 @@ async function main(argv) {
         ...WORLD_OPTIONS,
         help: { type: 'boolean', short: 'h' },
         ...(command === 'verify' ? { thorough: { type: 'boolean' } } : {}),
+        ...(command === 'runs' ? RUNS_OPTIONS : {}),
       },
       allowPositionals: true,
     });
@@ -168,6 +230,8 @@ async function main(argv) {
     await out(HELP[command]);
     return 0;
   }
+  // Flags are judged before the world is opened: a bad one is a usage error whatever the world.
+  if (command === 'runs') runsOptions(parsed.values);
   const lib = require('..');
   const { world, label } = openWorld(lib, parsed.values);
   try {

@@ -3,7 +3,9 @@
 //   GET /                        the inspector: inspector/index.html, style.css, and app.js with the
 //                                ES modules it imports (each listed in MODULES)
 //   GET /api/types               the event types the package knows, per vocabulary (knownEventTypes())
-//   GET /api/runs                the runs, newest activity first, with event count, status, last time, cost
+//   GET /api/runs                a page of runs, newest activity first, with event count, status, last
+//                                time, cost: { runs, cursor }; ?status=a,b&limit=N&order=&before=&after=
+//                                filter and order it, ?cursor= (the page before's) gives the next page
 //   GET /api/runs/:id/events     Server-Sent Events: id = sequence, event = type, data = envelope;
 //                                resumes after Last-Event-ID (or ?after=N); a heartbeat comment every 15 s
 //   GET /api/runs/:id/state      the materialized state (404 for a run with no events)
@@ -27,8 +29,8 @@ const { WORLD_HELP, WORLD_OPTIONS, UsageError, openWorld } = require('./world-ar
 const HELP = `usage: little serve [--data-dir DIR | --database-url URL [--schema NAME]] [--port N] [--host H]
                    [--token T] [--max-streams N]
 
-Serves the inspector at / and a read-only API (/api/types, /api/runs, /api/runs/:id/events as
-Server-Sent Events, /api/runs/:id/state) for a world, on 127.0.0.1 unless --host is given, port
+Serves the inspector at / and a read-only API (/api/types, /api/runs a page at a time,
+/api/runs/:id/events as Server-Sent Events, /api/runs/:id/state) for a world, on 127.0.0.1 unless --host is given, port
 4710 unless --port is given (0 picks a free port).
 
 Whoever can reach it can read every run: its events, payloads and state (nothing can be changed).
@@ -52,6 +54,37 @@ const HEARTBEAT_MS = 15_000;
 const MAX_STREAMS = 64;
 /** How long a client may take nothing of its stream, its buffer full, before it is dropped. */
 const STALL_MS = 60_000;
+/** Runs in a page of /api/runs unless ?limit= says otherwise. */
+const RUNS_PAGE = 100;
+/** The query parameters of /api/runs, and the queryRuns option each gives. */
+const RUNS_PARAMS = { status: 'status', limit: 'limit', order: 'order', cursor: 'cursor', before: 'lastRecordedBefore', after: 'lastRecordedAfter' };
+
+/** Thrown for a query parameter of /api/runs that cannot be a queryRuns option: 400. */
+class BadQuery extends Error {}
+
+/**
+ * The queryRuns options a /api/runs query asks for: newest first and RUNS_PAGE runs unless it
+ * says otherwise. An empty parameter is an absent one (`?cursor=` is the first page); an unknown
+ * or repeated one is refused. The values themselves (a limit's range, an order's name, a time, a
+ * cursor) are judged by queryRuns.
+ */
+function runsQuery(params) {
+  const o = { order: 'newest', limit: RUNS_PAGE };
+  for (const name of new Set(params.keys())) {
+    if (!Object.hasOwn(RUNS_PARAMS, name)) throw new BadQuery(`unknown parameter ${JSON.stringify(name.slice(0, 40))}: /api/runs takes ${Object.keys(RUNS_PARAMS).join(', ')}`);
+    const values = params.getAll(name);
+    if (values.length > 1) throw new BadQuery(`${name} is given ${values.length} times`);
+    const v = values[0];
+    if (v === '') continue;
+    if (name === 'status') o.status = v.split(',').map((s) => s.trim());
+    else if (name === 'limit') {
+      if (!/^\d{1,6}$/.test(v)) throw new BadQuery('limit: must be an integer from 1 to 10000');
+      o.limit = Number(v);
+    } else o[RUNS_PARAMS[name]] = v;
+  }
+  return o;
+}
+
 /** The environment variable that gives the token. */
 const TOKEN_ENV = 'LITTLE_SERVE_TOKEN';
 /** The inspector's ES modules, each served as JavaScript. */
@@ -162,30 +195,32 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
   const expected = token === undefined ? undefined : digest(token);
   const matches = (presented) => expected !== undefined && typeof presented === 'string' && crypto.timingSafeEqual(digest(presented), expected);
   const open = new Set();
-  // One listing of runs at a time: on a large world one takes seconds, and each tab or client
-  // asking meanwhile started another, taking the threads that live streams read with. Requests
-  // that come while one is in flight share the next, begun when it ends, so that every answer is
-  // of a listing begun after the request came (it sees what was appended before).
-  let current;
-  let queued;
-  const begin = () => {
-    const listing = lib
-      .listRuns(world)
-      .then((runs) => [...runs].sort((a, b) => (a.lastRecordedAt < b.lastRecordedAt ? 1 : a.lastRecordedAt > b.lastRecordedAt ? -1 : 0)));
-    current = listing;
-    const done = () => {
-      if (current === listing) current = undefined;
+  // A page of runs costs its own rows, but the inspector asks for the same first page every few
+  // seconds from each tab. Requests for a page while the same page is being read share the next
+  // reading of it, begun when that one ends, so that every answer is of a reading begun after
+  // the request came (it sees what was appended before), and each page is read by one at a time.
+  const readings = new Map(); // query key -> { current, queued }
+  const queryRunsFresh = (opts) => {
+    const key = JSON.stringify(opts);
+    let slot = readings.get(key);
+    if (slot === undefined) readings.set(key, (slot = { current: undefined, queued: undefined }));
+    const begin = () => {
+      const reading = Promise.resolve().then(() => lib.queryRuns(world, opts));
+      slot.current = reading;
+      const done = () => {
+        if (slot.current !== reading) return;
+        slot.current = undefined;
+        if (slot.queued === undefined) readings.delete(key);
+      };
+      reading.then(done, done);
+      return reading;
     };
-    listing.then(done, done);
-    return listing;
-  };
-  const listRunsFresh = () => {
-    if (current === undefined) return begin();
+    if (slot.current === undefined) return begin();
     const ended = () => {
-      queued = undefined;
+      slot.queued = undefined;
       return begin();
     };
-    return (queued ??= current.then(ended, ended));
+    return (slot.queued ??= slot.current.then(ended, ended));
   };
   const handle = async (req, res) => {
     try {
@@ -239,7 +274,18 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
         return send(res, 200, readFileSync(path), file[1]);
       }
       if (url.pathname === '/api/types') return sendJson(res, 200, lib.knownEventTypes());
-      if (url.pathname === '/api/runs') return sendJson(res, 200, await listRunsFresh());
+      if (url.pathname === '/api/runs') {
+        let page;
+        try {
+          page = await queryRunsFresh(runsQuery(url.searchParams));
+        } catch (err) {
+          // A parameter queryRuns refuses (a limit out of range, a cursor of another order).
+          if (err instanceof BadQuery) return sendJson(res, 400, { error: err.message });
+          if (err && err.code === 'EVENT_VALIDATION') return sendJson(res, 400, { error: String(err.message).replace(/^lastRecorded(Before|After):/, (_, w) => `${w.toLowerCase()}:`) });
+          throw err;
+        }
+        return sendJson(res, 200, { runs: page.runs, cursor: page.cursor });
+      }
       const m = /^\/api\/runs\/([^/]+)\/(events|state)$/.exec(url.pathname);
       if (!m) return sendJson(res, 404, { error: `no such path: ${url.pathname}` });
       let id;
