@@ -78,6 +78,49 @@ describe('little', () => {
     ]);
   });
 
+  it('runs takes --status, --limit, --order, --before and --after, and pages through every run', async () => {
+    const dataDir = tempDir();
+    const world = localWorld({ dataDir });
+    // 2,500 runs: more than two pages of 1,000. Every 1,000th is completed, run_1001 failed.
+    const ids = Array.from({ length: 2500 }, (_, i) => `run_${String(i).padStart(4, '0')}`);
+    await Promise.all(ids.map((id) => appendEvent(world, id, { type: 'RunStarted', payload: {} })));
+    // A few milliseconds apart, so that each has a time of its own.
+    const later = () => new Promise((r) => setTimeout(r, 3));
+    for (const id of ['run_2000', 'run_0000', 'run_1000']) {
+      await later();
+      await appendEvent(world, id, { type: 'RunCompleted', payload: {} });
+    }
+    await later();
+    await appendEvent(world, 'run_1001', { type: 'RunFailed', payload: { error: { message: 'no' } } });
+    await world.close();
+    const lines = (...args: string[]) => {
+      const r = little('runs', '--data-dir', dataDir, ...args);
+      expect(r.code, r.stderr).toBe(0);
+      return r.stdout.trimEnd().split('\n').map((l) => JSON.parse(l) as { runId: string; status: string; lastRecordedAt: string });
+    };
+    // Without flags: every run once, by id, as before.
+    expect(lines().map((r) => r.runId)).toEqual(ids);
+    const one = lines('--status', 'completed', '--limit', '1');
+    expect(one.map((r) => [r.runId, r.status])).toEqual([['run_0000', 'completed']]);
+    expect(Object.keys(one[0]!).sort()).toEqual(['costUsd', 'eventCount', 'firstRecordedAt', 'lastRecordedAt', 'lastSequence', 'runId', 'status']);
+    expect(lines('--status', 'completed,failed').map((r) => r.runId)).toEqual(['run_0000', 'run_1000', 'run_1001', 'run_2000']);
+    // Newest first: the last appended first.
+    expect(lines('--status', 'completed,failed', '--order', 'newest', '--limit', '2').map((r) => r.runId)).toEqual(['run_1001', 'run_1000']);
+    expect(lines('--limit', '1500')).toHaveLength(1500);
+    const cut = lines('--status', 'completed', '--order', 'oldest')[1]!.lastRecordedAt;
+    expect(lines('--status', 'completed', '--before', cut).map((r) => r.runId)).toEqual(['run_2000']);
+    expect(lines('--status', 'completed', '--after', cut).map((r) => r.runId)).toEqual(['run_0000', 'run_1000']);
+
+    const help = little('runs', '--help');
+    for (const flag of ['--status', '--limit', '--order', '--before', '--after']) expect(help.stdout).toContain(flag);
+    for (const args of [['--limit', '0'], ['--limit', 'ten'], ['--order', 'sideways'], ['--status', ','], ['--before', 'yesterday'], ['--after', '2026-13-45T00:00:00Z']]) {
+      const r = little('runs', '--data-dir', dataDir, ...args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr, args.join(' ')).toMatch(new RegExp(`^little: (invalid )?${args[0]}`));
+      expect(r.stdout).toBe('');
+    }
+  });
+
   it('verify is clean on an intact world and exits 0', async () => {
     const { dataDir } = await seededWorld();
     for (const args of [['verify'], ['verify', 'run_cli']]) {

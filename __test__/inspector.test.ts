@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as lib from '@little-workflow/world';
-import { appendEvent, localWorld, type World } from '@little-workflow/world';
+import { appendEvent, localWorld, virtualWorld, type World } from '@little-workflow/world';
 import { createServer } from '../server/serve.js';
 import { needs } from './helpers';
 
@@ -242,6 +242,62 @@ describe.runIf(HAS_CHROMIUM)('the inspector page', () => {
       await page.close();
     }
   });
+
+  // The list reads 100 runs at a time, newest first: a status narrows it on the server, "Load
+  // more" reads the next page, and the poll reads the first page alone, keeping the rest.
+  it('lists the newest runs first, narrows them by status, and loads more a page at a time', async () => {
+    const many = virtualWorld();
+    const ids = Array.from({ length: 130 }, (_, i) => `run_list_${String(i).padStart(3, '0')}`);
+    for (const [i, id] of ids.entries()) {
+      await appendEvent(many, id, { type: 'RunStarted', payload: {} });
+      if (i % 10 === 0) await appendEvent(many, id, { type: 'RunFailed', payload: { error: { message: 'no' } } });
+    }
+    const listing = createServer(lib, many);
+    await new Promise<void>((r) => listing.listen(0, '127.0.0.1', r));
+    const at = `http://127.0.0.1:${(listing.address() as AddressInfo).port}`;
+    const asked: string[] = [];
+    listing.on('request', (req) => asked.push(req.url ?? ''));
+    const page = await browser.newPage();
+    const rows = () => page.$$eval('#runs [data-run-id]', (lis) => lis.map((li) => (li as HTMLElement).dataset.runId!));
+    try {
+      await page.goto(`${at}/`);
+      await page.waitForFunction(() => document.querySelectorAll('#runs [data-run-id]').length === 100);
+      expect(await rows()).toEqual([...ids].reverse().slice(0, 100));
+      expect(await page.textContent('#runs-status')).toBe('100+ runs');
+      await page.click('#runs-more');
+      await page.waitForFunction(() => document.querySelectorAll('#runs [data-run-id]').length === 130);
+      expect(await rows()).toEqual([...ids].reverse());
+      expect(await page.isHidden('#runs-more')).toBe(true);
+
+      // A poll brings a new run and one of the second page's to the top, and keeps the rest.
+      const polls = asked.length;
+      await appendEvent(many, 'run_list_new', { type: 'RunStarted', payload: {} });
+      await new Promise((r) => setTimeout(r, 5)); // a later time, so that run_list_005 is the newest
+      await appendEvent(many, 'run_list_005', { type: 'StepStarted', payload: { stepPath: 'a' } });
+      await page.waitForFunction(() => document.querySelector('#runs [data-run-id]')?.getAttribute('data-run-id') === 'run_list_005', undefined, { timeout: 10_000 });
+      const after = await rows();
+      expect(after.slice(0, 2)).toEqual(['run_list_005', 'run_list_new']);
+      expect([...after].sort()).toEqual([...ids, 'run_list_new'].sort());
+      const runsAsked = asked.filter((u) => u.startsWith('/api/runs?'));
+      expect(runsAsked.filter((u) => u.includes('cursor='))).toHaveLength(1);
+      expect(asked.slice(polls).every((u) => !u.includes('cursor='))).toBe(true);
+
+      await page.selectOption('#runs-state', 'failed');
+      await page.waitForFunction(() => document.querySelectorAll('#runs [data-run-id]').length === 13);
+      expect(await rows()).toEqual(ids.filter((_, i) => i % 10 === 0).reverse());
+      expect(await page.$$eval('#runs .status', (badges) => badges.map((b) => b.textContent))).toEqual(Array(13).fill('failed'));
+      expect(await page.isHidden('#runs-more')).toBe(true);
+      expect(asked.at(-1)).toMatch(/[?&]status=failed(&|$)/);
+      await page.selectOption('#runs-state', 'paused');
+      await page.waitForSelector('#runs-empty:not([hidden])');
+      expect(await page.textContent('#runs-empty')).toBe('No paused runs.');
+    } finally {
+      await page.close();
+      listing.closeAllConnections();
+      await new Promise((r) => listing.close(r));
+      await many.close();
+    }
+  }, 30_000);
 
   // The server judges a run id; the page says what it answered.
   it('shows the server\'s refusal of a malformed run id', async () => {

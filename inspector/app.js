@@ -5,10 +5,9 @@
 // setAttribute, never innerHTML.
 import { loadKnownTypes } from './api.js';
 import { $, setStatus } from './dom.js';
-import { fmtAgo } from './format.js';
 import { hideRunError } from './header.js';
 import { RunView } from './run.js';
-import { pollRuns, renderRuns, runsState, showingView } from './runs.js';
+import { filterRunsByStatus, loadMoreRuns, pollRuns, refreshRunTimes, renderRuns, showingView } from './runs.js';
 import { pinSteps } from './steps.js';
 import { clearTimeline } from './timeline.js';
 
@@ -82,6 +81,8 @@ async function boot() {
     current.expand(head.parentElement);
   });
   $('runs-filter').addEventListener('input', renderRuns);
+  $('runs-state').addEventListener('change', () => filterRunsByStatus($('runs-state').value));
+  $('runs-more').addEventListener('click', loadMoreRuns);
   $('timeline').addEventListener('scroll', () => {
     const list = $('timeline');
     if (current && current.autoScrolling) { current.autoScrolling = false; return; }
@@ -103,11 +104,11 @@ async function boot() {
   await loadKnownTypes();
   window.addEventListener('hashchange', () => select(runIdFromHash()));
   select(runIdFromHash());
-  setInterval(() => { for (const li of $('runs').children) { const r = runsState.list.find((x) => x.runId === li.dataset.runId); if (r) li.querySelector('.run-time').textContent = fmtAgo(r.lastRecordedAt); } }, 5000);
+  setInterval(refreshRunTimes, 5000);
 }
 
-// One request at a time, and the next one RUNS_POLL_MS after the last answer: on a large
-// world a listing takes seconds, and requests sent on a fixed interval piled up on the server.
+// One request at a time, and the next one RUNS_POLL_MS after the last answer, so that requests
+// never pile up on a slow server. Each asks for the first page of runs alone.
 async function pollRunsForever() {
   await pollRuns().catch(() => {});
   setTimeout(pollRunsForever, RUNS_POLL_MS);
