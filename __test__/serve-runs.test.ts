@@ -9,8 +9,8 @@ import { worldKinds } from './helpers';
 
 type Page = { runs: RunSummary[]; cursor: string | null };
 
-async function serve(world: World) {
-  const server = createServer(lib, world);
+async function serve(world: World, using: typeof lib = lib) {
+  const server = createServer(using, world);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
@@ -127,6 +127,35 @@ describe.each(worldKinds)('GET /api/runs on %s', (_name, makeWorld) => {
         expect(r.body.error, query).toMatch(message);
       }
       expect((await s.get('?limit=10000')).status).toBe(200);
+    } finally {
+      await s.close();
+    }
+  });
+
+  // Each page read takes a thread that event streams read with too: however many clients ask
+  // for however many different pages, two are read at a time, and the rest wait their turn.
+  it('reads at most two pages at once, whatever is asked', async () => {
+    const world = makeWorld();
+    await seed(world);
+    let reading = 0;
+    let most = 0;
+    const counted = {
+      ...lib,
+      queryRuns: async (w: Parameters<typeof lib.queryRuns>[0], opts: Parameters<typeof lib.queryRuns>[1]) => {
+        most = Math.max(most, ++reading);
+        try {
+          await new Promise((r) => setTimeout(r, 20));
+          return await lib.queryRuns(w, opts);
+        } finally {
+          reading -= 1;
+        }
+      },
+    };
+    const s = await serve(world, counted);
+    try {
+      const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => s.get(`?limit=${i + 1}`)));
+      expect(answers.map((a) => [a.status, a.body.runs.length])).toEqual(Array.from({ length: 8 }, (_, i) => [200, i + 1]));
+      expect(most).toBe(2);
     } finally {
       await s.close();
     }

@@ -54,6 +54,8 @@ const HEARTBEAT_MS = 15_000;
 const MAX_STREAMS = 64;
 /** How long a client may take nothing of its stream, its buffer full, before it is dropped. */
 const STALL_MS = 60_000;
+/** Pages of runs read at once, by every client together. */
+const RUN_READINGS = 2;
 /** Runs in a page of /api/runs unless ?limit= says otherwise. */
 const RUNS_PAGE = 100;
 /** The query parameters of /api/runs, and the queryRuns option each gives. */
@@ -200,12 +202,28 @@ function createServer(lib, world, { inspectorDir = join(__dirname, '..', 'inspec
   // reading of it, begun when that one ends, so that every answer is of a reading begun after
   // the request came (it sees what was appended before), and each page is read by one at a time.
   const readings = new Map(); // query key -> { current, queued }
+  // At most RUN_READINGS pages are read at once, whatever is asked: each read takes one of the
+  // few threads (libuv's pool) that event streams read with too. The rest wait their turn.
+  let busy = 0;
+  const turns = [];
+  const readPage = async (opts) => {
+    if (busy < RUN_READINGS) busy += 1;
+    else await new Promise((r) => turns.push(r));
+    try {
+      return await lib.queryRuns(world, opts);
+    } finally {
+      // The slot passes to the next in line, or is freed.
+      const next = turns.shift();
+      if (next) next();
+      else busy -= 1;
+    }
+  };
   const queryRunsFresh = (opts) => {
     const key = JSON.stringify(opts);
     let slot = readings.get(key);
     if (slot === undefined) readings.set(key, (slot = { current: undefined, queued: undefined }));
     const begin = () => {
-      const reading = Promise.resolve().then(() => lib.queryRuns(world, opts));
+      const reading = readPage(opts);
       slot.current = reading;
       const done = () => {
         if (slot.current !== reading) return;
