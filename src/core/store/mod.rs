@@ -532,19 +532,22 @@ mod tests {
         // What a later version's upgrade does, from another connection: its tables, the fence of
         // the writers that run the trigger, and its schema version.
         let other = rusqlite::Connection::open(dir.path().join("events/events.db")).unwrap();
-        let upgrade = "BEGIN;
+        let later = sqlite::schema::SCHEMA_VERSION + 1;
+        let upgrade = format!(
+            "BEGIN;
              CREATE TABLE later (x INTEGER);
              DROP TRIGGER events_writer;
-             CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer(7)
+             CREATE TRIGGER events_writer BEFORE INSERT ON events WHEN NOT little_world_writer({later})
              BEGIN SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version'); END;
-             PRAGMA user_version = 7;
-             COMMIT;";
-        other.execute_batch(upgrade).unwrap();
+             PRAGMA user_version = {later};
+             COMMIT;"
+        );
+        other.execute_batch(&upgrade).unwrap();
         for _ in 0..2 {
             let err = append(2).unwrap_err();
             assert_eq!(err.code(), "WORLD_PATH", "{err}");
             assert!(err.to_string().contains("upgraded by a newer version"), "{err}");
-            assert!(err.to_string().contains("to schema 7"), "{err}");
+            assert!(err.to_string().contains(&format!("to schema {later}")), "{err}");
         }
         let count: i64 = other
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))

@@ -1,0 +1,69 @@
+// `node bench/lifecycle.mjs [--runs N] [--list]`: the runs catalog on a local world of N finished
+// runs (two events each, default 1,000,000): the first `queryRuns` page of 100 (newest first),
+// the first page of one status, a page deep in the listing (reached by its cursor), and, with
+// `--list`, `listRuns` of every run for comparison. Prints medians of 5 and the peak RSS.
+// Asserts nothing.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { appendEvent, listRuns, localWorld, queryRuns } from '@little-workflow/world';
+import { machine, median } from './lib.mjs';
+
+const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000000' }, list: { type: 'boolean', default: false } } });
+const runs = Number(values.runs);
+const dataDir = mkdtempSync(join(tmpdir(), 'little-lifecycle-'));
+
+async function timed(f, times = 5) {
+  const ms = [];
+  let out;
+  for (let i = 0; i < times; i++) {
+    const t = performance.now();
+    out = await f();
+    ms.push(performance.now() - t);
+  }
+  return [median(ms), out];
+}
+
+try {
+  console.log(machine());
+  const world = localWorld({ dataDir, durability: 'normal' });
+  const t0 = performance.now();
+  const BATCH = 2_000;
+  for (let start = 0; start < runs; start += BATCH) {
+    const batch = [];
+    for (let i = start; i < Math.min(runs, start + BATCH); i++) {
+      const runId = `run_${String(i).padStart(8, '0')}`;
+      // One run in ten failed, the rest completed.
+      const end = i % 10 === 0 ? { type: 'RunFailed', payload: { error: { message: 'x' } } } : { type: 'RunCompleted', payload: { output: i } };
+      batch.push(appendEvent(world, runId, { type: 'RunStarted', payload: { input: i } }).then(() => appendEvent(world, runId, end)));
+    }
+    await Promise.all(batch);
+  }
+  const writeS = (performance.now() - t0) / 1000;
+  console.log(`wrote ${runs.toLocaleString('en-US')} runs (${(2 * runs).toLocaleString('en-US')} events) in ${writeS.toFixed(1)} s`);
+
+  const [first, page] = await timed(() => queryRuns(world, { limit: 100 }));
+  const [failed] = await timed(() => queryRuns(world, { limit: 100, status: ['failed'] }));
+  // A cursor about half way down, reached by pages of 10,000.
+  let cursor = page.cursor;
+  for (let walked = 100; walked < runs / 2 && cursor !== null; walked += 10_000) {
+    cursor = (await queryRuns(world, { limit: 10_000, cursor })).cursor;
+  }
+  const [deep] = cursor === null ? [NaN] : await timed(() => queryRuns(world, { limit: 100, cursor }));
+  const rows = [
+    ['queryRuns, first page of 100 (newest)', first],
+    ['queryRuns, first page of 100 (status failed)', failed],
+    ['queryRuns, a page of 100 half way down', deep],
+  ];
+  if (values.list) {
+    const [all, listed] = await timed(() => listRuns(world), 1);
+    rows.push([`listRuns, all ${listed.length.toLocaleString('en-US')} runs`, all]);
+    console.log(`listRuns / first page: ${(all / first).toFixed(0)}x`);
+  }
+  for (const [name, ms] of rows) console.log(`${name.padEnd(48)} ${ms.toFixed(2).padStart(10)} ms`);
+  console.log(`peak RSS ${(process.resourceUsage().maxRSS / 1024).toFixed(0)} MB`);
+  await world.close();
+} finally {
+  rmSync(dataDir, { recursive: true, force: true });
+}
