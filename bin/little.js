@@ -188,8 +188,9 @@ const COMMANDS = {
       try {
         page = await lib.queryRuns(world, { ...query, limit: Math.min(RUNS_PAGE, left), ...(cursor === undefined ? {} : { cursor }) });
       } catch (err) {
-        // A time the core refuses is said as the flag that gave it.
-        if (err && err.code === 'EVENT_VALIDATION') throw new UsageError(String(err.message).replace(/^lastRecorded(Before|After):/, (_, w) => `--${w.toLowerCase()}:`));
+        // A time the core refuses (on the first page, before anything is printed) is said as the
+        // flag that gave it.
+        if (cursor === undefined && err && err.code === 'EVENT_VALIDATION') throw new UsageError(String(err.message).replace(/^lastRecorded(Before|After):/, (_, w) => `--${w.toLowerCase()}:`));
         throw err;
       }
       for (const r of page.runs) await out(JSON.stringify(r));
