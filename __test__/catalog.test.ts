@@ -20,7 +20,8 @@ import {
   type RunSummary,
   type World,
 } from '../world';
-import { rejection, SCHEMA_VERSION, schemaVersion, tempDir, track, worldKinds } from './helpers';
+import { freshSchema, needsPostgres, postgresUrl, rejection, SCHEMA_VERSION, schemaVersion, tempDir, track, withPg, worldKinds } from './helpers';
+import { postgresWorld } from '../world';
 
 const UUID = '00000000-0000-4000-8000-000000000000';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -242,6 +243,26 @@ describe('runs catalog of a local world', () => {
     expect(await listRuns(world)).toEqual(before);
     expect(schemaVersion(dataDir)).toBe(SCHEMA_VERSION);
     expect((await allPages(world, { status: ['cancelled'] })).map((r) => r.runId)).toEqual(['run_sdk']);
+    expect((await verifyWorld(world)).ok).toBe(true);
+  });
+});
+
+describe.runIf(needsPostgres())('runs catalog of a PostgreSQL world', () => {
+  it('is filled in when a schema written before it is opened', async () => {
+    const schema = freshSchema();
+    const open = () => track(postgresWorld({ connectionString: postgresUrl()!, schema }));
+    let world = open();
+    await someRuns(world);
+    const before = await listRuns(world);
+    await world.close();
+    // The schema as the version before the catalog left it.
+    await withPg((c) =>
+      c.query(`DROP INDEX "${schema}".runs_by_time; DROP INDEX "${schema}".runs_by_status;
+        ALTER TABLE "${schema}".runs DROP COLUMN status; UPDATE "${schema}".world_schema SET version = 3`),
+    );
+    world = open();
+    expect(await listRuns(world)).toEqual(before);
+    expect((await allPages(world, { status: ['cancelled', 'paused'] })).map((r) => r.runId)).toEqual(['run_sdk', 'run_graph']);
     expect((await verifyWorld(world)).ok).toBe(true);
   });
 });
