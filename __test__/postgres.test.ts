@@ -1,15 +1,18 @@
 // The PostgreSQL world with many processes on one database, and with the faults a real server
 // brings: processes racing one run and one key, lost connections, a server that restarts (and
-// one that is down when a Vercel World's queue starts), a transaction that commits late, a lock
-// holder that dies, large artifacts, versioned schemas, and the `little` command. The contract
-// itself is checked by the conformance suite, which runs against this world too (see helpers.ts).
+// one that is down when a Vercel World's queue starts), a server that crashes at `durability:
+// 'normal'` and loses commits it had acknowledged, a transaction that commits late, a lock holder
+// that dies, large artifacts, versioned schemas, and the `little` command. The contract itself is
+// checked by the conformance suite, which runs against this world too (see helpers.ts).
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   acquireRunLock,
   appendEvent,
+  EventLogCorruptError,
   canonicalize,
   listEvents,
   listRuns,
@@ -409,4 +412,173 @@ describe.runIf(needsPostgres())('postgresWorld through a server restart', () => 
       await after.close();
       await store.close();
     }), 60_000);
+});
+
+/**
+ * What the package does when a server at `durability: 'normal'` crashes and loses commits it had
+ * acknowledged: the writer goes on densely from what is stored, a subscription that yielded a lost
+ * event ends with EventLogCorruptError rather than join the two histories, and the Vercel World
+ * folds a run anew, indexes a stream again and enqueues again a message whose enqueueing was lost.
+ * Such commits are in the server's WAL buffers until its WAL writer writes them out, within 600 ms
+ * by default; here the WAL writer is stopped before the commits that the crash is to lose.
+ */
+describe.runIf(needsPostgres())("postgresWorld at durability 'normal' through a server crash", () => {
+  let cluster: OwnCluster | undefined;
+  let schemas = 0;
+  const sql = async (q: string): Promise<void> => {
+    const c = new pg.Client({ connectionString: cluster!.url });
+    await c.connect();
+    try {
+      await c.query(q);
+    } finally {
+      await c.end();
+    }
+  };
+  /** A world at 'normal' on the cluster, in a schema of the test's own. */
+  const normal = (schema = `crash_${++schemas}`): World => postgresWorld({ connectionString: cluster!.url, schema, durability: 'normal' });
+  let walWriter = 0;
+  /**
+   * Put what is committed so far on disk, and stop the server's WAL writer: what commits from here
+   * on stays in the server's memory, for `crash` to lose.
+   */
+  const hold = async () => {
+    await sql('CHECKPOINT');
+    const c = new pg.Client({ connectionString: cluster!.url });
+    await c.connect();
+    try {
+      walWriter = (await c.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'")).rows[0].pid;
+    } finally {
+      await c.end();
+    }
+    process.kill(walWriter, 'SIGSTOP');
+  };
+  /** Crash the server (the stopped WAL writer killed, the rest stopped with no checkpoint) and start it again. */
+  const crash = async () => {
+    process.kill(walWriter, 'SIGKILL');
+    await cluster!.control.restart('immediate');
+  };
+
+  beforeAll(async () => {
+    cluster = await ownCluster();
+  }, 60_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  }, 60_000);
+
+  it('loses the last appends that resolved; the writer goes on densely, and a subscription that yielded a lost event ends with EventLogCorruptError', async (t) => {
+    if (cluster === undefined) return t.skip();
+    const writer = normal('crash_log');
+    const reader = normal('crash_log'); // another host's world
+    try {
+      await appendEvent(writer, 'run_a', step(0));
+      await hold();
+      const subscription = subscribe(reader, 'run_a');
+      const acked: EventEnvelope[] = [];
+      for (let i = 1; i <= 20; i++) acked.push(await appendEvent(writer, 'run_a', step(i)));
+      const yielded: EventEnvelope[] = [];
+      while (yielded.length < 21) yielded.push((await subscription.next()).value as EventEnvelope);
+      expect(yielded.map((e) => e.eventId)).toEqual([yielded[0].eventId, ...acked.map((e) => e.eventId)]);
+      await crash();
+      const stored = await listEvents(writer, 'run_a');
+      const lost = acked.filter((e) => stored[e.sequence - 1]?.eventId !== e.eventId);
+      expect(lost).toEqual(acked);
+      // The lost sequences go to other events: the log stays dense, past where it was.
+      const next = [];
+      for (let i = 0; i < 25; i++) next.push(await appendEvent(writer, 'run_a', step(`after-${i}`)));
+      expect(next[0].sequence).toBe(stored.length + 1);
+      expectDense(await listEvents(reader, 'run_a'), stored.length + 25);
+      // The subscription had yielded sequence 21 of the history the store lost; it does not go on
+      // with sequence 22 of the other.
+      const ended = await rejection(subscription.next());
+      expect(ended).toBeInstanceOf(EventLogCorruptError);
+      expect(ended).toMatchObject({ code: 'EVENT_LOG_CORRUPT', runId: 'run_a', sequence: 21, details: { eventId: acked.at(-1)!.eventId, storedEventId: next[20 - stored.length]?.eventId } });
+      expect((await subscription.next()).done).toBe(true);
+      // A caller that kept its position finds out the same way.
+      const resumed = subscribe(reader, 'run_a', { afterSequence: 21, afterEventId: acked.at(-1)!.eventId });
+      expect(await rejection(resumed.next())).toBeInstanceOf(EventLogCorruptError);
+      const kept = subscribe(reader, 'run_a', { afterSequence: stored.length, afterEventId: stored.at(-1)!.eventId });
+      expect(((await kept.next()).value as EventEnvelope).eventId).toBe(next[0].eventId);
+      await kept.return();
+    } finally {
+      await writer.close();
+      await reader.close();
+    }
+  }, 60_000);
+
+  it('a Vercel World folds a run anew from what the store kept, and appends after it', async (t) => {
+    if (cluster === undefined) return t.skip();
+    const store = normal();
+    const world = createWorld({ world: store });
+    const bytes = (...b: number[]) => new Uint8Array(b);
+    try {
+      const created = (await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: bytes(1) } } as never)) as { run: { runId: string } };
+      const runId = created.run.runId;
+      await world.events.create(runId, { eventType: 'run_started' } as never);
+      await hold();
+      await world.events.create(runId, { eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: bytes(2) } } as never);
+      await world.events.create(runId, { eventType: 'step_started', correlationId: 'step_1' } as never);
+      await world.events.create(runId, { eventType: 'step_completed', correlationId: 'step_1', eventData: { result: bytes(3) } } as never);
+      await crash();
+      const stored = await listEvents(store, `run_${runId}`);
+      expect(stored).toHaveLength(2);
+      // What the World says of the run is what the store holds, not what it had acknowledged.
+      const listed = (await world.events.list({ runId, pagination: { limit: 100 } } as never)).data as { eventType: string }[];
+      expect(listed.map((e) => e.eventType)).toEqual(['run_created', 'run_started']);
+      await expect(world.steps.get(runId, 'step_1')).rejects.toThrow();
+      // And its next transition is decided on that, and appended after it (not retried for ever).
+      const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('the transition did not end')), 10_000).unref());
+      await Promise.race([world.events.create(runId, { eventType: 'wait_created', correlationId: 'wait_1', eventData: { resumeAt: new Date() } } as never), timeout]);
+      expect((await listEvents(store, `run_${runId}`)).map((e) => e.type).at(-1)).toBe('workflow.wait_created');
+      expect((await listEvents(store, `run_${runId}`)).length).toBe(3);
+    } finally {
+      await world.close();
+      await store.close();
+    }
+  }, 60_000);
+
+  it("a Vercel World lists a stream whose index entry the store lost, once it is written to again", async (t) => {
+    if (cluster === undefined) return t.skip();
+    const store = normal();
+    const world = createWorld({ world: store });
+    const runId = 'wrun_01JSTREAMCRASH000000000000';
+    try {
+      await world.streams.write(runId, 'other', 'x');
+      await hold();
+      await world.streams.write(runId, 'out', 'first'); // writes the stream's index entry
+      await crash();
+      expect(await world.streams.list(runId)).toEqual(['other']);
+      await world.streams.write(runId, 'out', 'second');
+      await world.streams.write(runId, 'out', 'third');
+      expect((await world.streams.list(runId)).sort()).toEqual(['other', 'out']);
+    } finally {
+      await world.close();
+      await store.close();
+    }
+  }, 60_000);
+
+  it('a Vercel World enqueues again a message whose enqueueing the store lost, and delivers it', async (t) => {
+    if (cluster === undefined) return t.skip();
+    const store = normal();
+    const world = createWorld({ world: store });
+    const delivered: string[] = [];
+    world.registerHandler('__wkf_workflow_', async (req) => {
+      delivered.push(req.headers.get('x-vqs-message-id')!);
+      return Response.json({ ok: true });
+    });
+    try {
+      await appendEvent(store, 'run_schema', step(0));
+      await hold();
+      const { messageId } = await world.queue('__wkf_workflow_lost' as never, { runId: 'wrun_lost' } as never, { delaySeconds: 1 });
+      await crash();
+      expect(await listEvents(store, `run_wq_${messageId}`)).toEqual([]);
+      const log = async () => (await listEvents(store, `run_wq_${messageId}`)).map((e) => e.type);
+      const deadline = Date.now() + 10_000;
+      while ((await log()).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(delivered).toEqual([messageId]);
+      expect(await log()).toEqual(['workflow.queue.enqueued', 'workflow.queue.delivered']);
+    } finally {
+      await world.close();
+      await store.close();
+    }
+  }, 60_000);
 });

@@ -1,6 +1,6 @@
 // The Vercel World's answers at the edges of what the SDK may send: texts longer than an index
-// entry holds, values that look like the encoding's own markers, entities changed by their
-// caller, and waits of a run that has ended.
+// entry holds, values that look like the encoding's own markers or have a `__proto__` key,
+// entities changed by their caller, and waits of a run that has ended.
 import { describe, expect, it } from 'vitest';
 import { createWorld as createLocalWorld } from '@workflow/world-local';
 import { createWorld } from '@little-workflow/world/vercel';

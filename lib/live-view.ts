@@ -87,13 +87,18 @@ export function liveView(world: World, handle: NativeWorld): Live | undefined {
       (text) => {
         const c = JSON.parse(text) as { mark: number; streams: string[] | null };
         const first = mark === undefined;
+        // A database's mark (a transaction id) goes back only when its server restarted having lost
+        // transactions it had begun, and gives their ids again: the commits of those ids, at or
+        // below the old mark, are in no look's streams.
+        const back = mark !== undefined && c.mark < mark;
         mark = c.mark;
         if (first && !marked) {
           // Subscribers read only once the mark is taken: what commits after it, the next look finds.
           marked = true;
           markTaken();
-        } else if (first || c.streams === null) {
-          wakeSubscribers(world); // a first look that failed left no mark: anything may have changed
+        } else if (first || back || c.streams === null) {
+          // A first look that failed left no mark, or the mark went back: anything may have changed.
+          wakeSubscribers(world);
         } else if (c.streams.length > 0) {
           wakeSubscribers(world, new Set(c.streams));
         }

@@ -1,5 +1,5 @@
 // Subscriptions: a run's committed events, then each new one as it commits.
-import { WorldClosedError, checkRunIdType, invalid } from './errors.js';
+import { EventLogCorruptError, WorldClosedError, checkRunIdType, invalid } from './errors.js';
 import type { EventEnvelope } from './envelopes.js';
 import { listPacked } from './events.js';
 import { isInstance, options } from './json.js';
@@ -50,6 +50,12 @@ function whenAborted(signal: AbortSignal, f: () => void): () => void {
 export interface SubscribeOptions {
   /** Start after this sequence (default 0: from the first event). */
   afterSequence?: number;
+  /**
+   * The `eventId` of the event at `afterSequence`, as the caller last saw it. The first read then
+   * checks that the store still holds that event there, and ends the subscription with
+   * `EventLogCorruptError` if it does not (see {@link subscribe}).
+   */
+  afterEventId?: string;
   /** Ends the subscription when aborted. */
   signal?: AbortSignal;
 }
@@ -63,6 +69,15 @@ export interface SubscribeOptions {
  * watcher of other processes' commits) is let go of at that moment, whether or not its consumer
  * pulls again. On a world already closed, the first `next()` rejects with `WorldClosedError`.
  * Events are read a page at a time as the consumer pulls, so a slow consumer holds a bounded buffer.
+ *
+ * A subscription never joins two histories. A PostgreSQL store can lose commits it had
+ * acknowledged (a server that crashed at `durability: 'normal'`, a failover to a replica that had
+ * not received them), and then give their sequences to other events. So on a PostgreSQL world
+ * each read also reads the event last yielded, and when the store no longer holds it at its
+ * sequence, the subscription ends with `EventLogCorruptError` naming the stream (`runId`), the
+ * `sequence` and the `eventId` it had yielded: what was yielded from there on is no longer the
+ * stream's history, and the stream must be read again. `afterEventId` has the first read make the
+ * same check of a position the caller kept, on any kind of world.
  */
 export function subscribe(world: World, streamId: string, opts?: SubscribeOptions): AsyncGenerator<EventEnvelope, void, undefined> {
   return new Subscription(world, streamId, opts);
@@ -80,6 +95,11 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
   private finished = false;
   private handle: NativeWorld | undefined;
   private after = 0;
+  /** The id of the event at `after`, when the next read is to check that it is still stored. */
+  private lastId: string | undefined;
+  private checkNext = false;
+  /** Whether the store can forget commits it had acknowledged while this process goes on. */
+  private forgetful = false;
   private signal: AbortSignal | undefined;
   private page: EventEnvelope[] = [];
   /** Whether a page has been read yet (the first read does not wait), and whether the last was full. */
@@ -140,12 +160,18 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     this.started = true;
     this.handle = nativeOf(this.world);
     checkRunIdType(this.streamId, 'streamId');
-    const o = options(this.opts, 'subscribe options', ['afterSequence', 'signal']);
+    const o = options(this.opts, 'subscribe options', ['afterSequence', 'afterEventId', 'signal']);
     const after = o.afterSequence ?? 0;
     if (!Number.isSafeInteger(after) || after < 0) invalid('afterSequence', 'must be a non-negative safe integer');
+    const afterEventId = o.afterEventId;
+    if (afterEventId !== undefined && typeof afterEventId !== 'string') invalid('afterEventId', 'must be a string');
+    if (afterEventId !== undefined && after === 0) invalid('afterEventId', 'names the event at afterSequence, which must be given');
     const signal = o.signal;
     if (signal !== undefined && !isInstance(signal, AbortSignal)) invalid('signal', 'must be an AbortSignal');
     this.after = after;
+    this.lastId = afterEventId;
+    this.checkNext = afterEventId !== undefined;
+    this.forgetful = this.world.kind === 'postgres';
     this.signal = signal;
     let set = wakers.get(this.world);
     if (!set) wakers.set(this.world, (set = new Set()));
@@ -201,6 +227,10 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
             return DONE;
           }
           this.after = next.sequence;
+          if (this.forgetful) {
+            this.lastId = next.eventId;
+            this.checkNext = true;
+          }
           return { done: false, value: next };
         }
         // After a short page, wait for a wake (unless one came meanwhile) before reading again.
@@ -211,9 +241,11 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
         if (this.finished) return DONE;
         this.woken = false;
         this.readOnce = true;
+        // The read that checks the last event yielded starts with it.
+        const check = this.checkNext && this.lastId !== undefined && this.after > 0;
         let page: { events: readonly EventEnvelope[]; units: number };
         try {
-          page = await listPacked(nativeOf(this.world), this.streamId, this.after, SUBSCRIBE_PAGE, SUBSCRIBE_PAGE_UNITS);
+          page = await listPacked(nativeOf(this.world), this.streamId, check ? this.after - 1 : this.after, SUBSCRIBE_PAGE + (check ? 1 : 0), SUBSCRIBE_PAGE_UNITS);
         } catch (err) {
           if (err instanceof WorldClosedError) {
             this.finish();
@@ -221,14 +253,35 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
           }
           throw err;
         }
+        let events = page.events;
+        if (check) {
+          const stored = events[0];
+          if (stored === undefined || stored.sequence !== this.after || stored.eventId !== this.lastId) throw this.forgotten(stored);
+          events = events.slice(1);
+        }
         // A page ended by its size may be followed by more at once, as a full one may.
-        this.lastPageFull = page.events.length === SUBSCRIBE_PAGE || page.units >= SUBSCRIBE_PAGE_UNITS;
-        if (!this.finished) this.page = [...page.events];
+        this.lastPageFull = events.length === SUBSCRIBE_PAGE || page.units >= SUBSCRIBE_PAGE_UNITS;
+        // Checked again at every read where the store can forget, except the one right after a
+        // page that the checked event filled alone (which would fill it again).
+        this.checkNext = this.forgetful && !(check && events.length === 0 && page.units >= SUBSCRIBE_PAGE_UNITS);
+        if (!this.finished) this.page = [...events];
       }
     } catch (err) {
       this.finish();
       throw err;
     }
+  }
+
+  /** The error ending a subscription whose last event yielded is no longer stored (`stored` is there instead). */
+  private forgotten(stored: EventEnvelope | undefined): EventLogCorruptError {
+    const there = stored?.sequence === this.after ? `holds ${stored.eventId} there` : 'no longer has that sequence';
+    return new EventLogCorruptError(
+      'EVENT_LOG_CORRUPT',
+      `${this.streamId}: the event at sequence ${this.after} is no longer ${this.lastId}, which this subscription ` +
+        `yielded; the store ${there}. It lost commits it had acknowledged (a PostgreSQL server that crashed at ` +
+        "durability 'normal', or a failover to a replica that had not received them): read the stream again from the start",
+      { runId: this.streamId, sequence: this.after, eventId: this.lastId, storedEventId: stored?.sequence === this.after ? stored.eventId : undefined },
+    );
   }
 
   /**

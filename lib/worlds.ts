@@ -7,7 +7,15 @@ import { options } from './json.js';
 import { native, type NativeWorld } from './native.js';
 import { pricingText, type PricingRegistry } from './pricing.js';
 
-/** How durable an append is when its promise resolves. */
+/**
+ * How durable an append is when its promise resolves. `'full'`: its commit is on disk, and no
+ * crash loses it. `'normal'`: it is committed but may not be on disk yet. On a local world (SQLite,
+ * `synchronous=NORMAL`) a crash of the process loses nothing that resolved, and a power loss or a
+ * crash of the kernel may lose the last few commits. On a PostgreSQL world (`synchronous_commit`
+ * off) a crash of the process loses nothing, and a crash of the database server may lose the
+ * commits of its last few hundred milliseconds (up to three times its `wal_writer_delay`, 200 ms by
+ * default), whose sequences then go to the events appended after.
+ */
 export type Durability = 'full' | 'normal';
 
 /** An open world. Pass it to the functions of this package. */
@@ -27,7 +35,11 @@ export interface World {
 export interface LocalWorldOptions {
   /** Default: `join(process.cwd(), '.little-workflow')`. */
   dataDir?: string;
-  /** Default `'full'`: an append resolves only after its commit is on disk. */
+  /**
+   * Default `'full'`: an append resolves only after its commit is on disk. `'normal'`: a crash of
+   * the process loses nothing that resolved; a power loss or a crash of the kernel may lose the
+   * last few commits.
+   */
   durability?: Durability;
   /** Prices merged over the bundled registry, model by model. */
   pricing?: PricingRegistry;
@@ -52,7 +64,13 @@ export interface PostgresWorldOptions {
   connectionString: string;
   /** Default `'little_workflow'`: created and migrated on first use. */
   schema?: string;
-  /** Default `'full'`: `synchronous_commit=on`; `'normal'`: off. */
+  /**
+   * Default `'full'` (`synchronous_commit=on`): an append resolves only after its commit is on the
+   * server's disk. `'normal'` (`synchronous_commit=off`): a crash of the database server may lose
+   * the commits of its last few hundred milliseconds (up to three times its `wal_writer_delay`,
+   * 200 ms by default), appends that had resolved among them, and their sequences then go to the
+   * events appended after; a crash of this process loses nothing that resolved.
+   */
   durability?: Durability;
   /** Prices merged over the bundled registry, model by model. */
   pricing?: PricingRegistry;

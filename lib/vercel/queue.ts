@@ -2,11 +2,17 @@
 // enqueueing and every delivery's outcome; the pending ones are in an index until their final
 // event removes them. A delivery holds the message's run lock, so one process delivers it at a
 // time, and a lock whose owner died is recovered: a crashed delivery is delivered again.
+//
+// A PostgreSQL store can lose commits it had acknowledged (a server that crashed at `durability:
+// 'normal'`, a failover to a replica that had not received them). A lost outcome leaves its
+// message pending, and it is delivered again. A lost enqueueing leaves nothing behind, so the
+// process that enqueued keeps each message until it has seen it stored `SETTLED_MS` later, and
+// enqueues it again if it is gone.
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { MessageId, Queue, QueuePayload, QueuePrefix, ValidQueueName } from '@workflow/world';
 import { ulid } from './ids.js';
-import { acquireRunLock, allIndexEntries, append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, lookupIndexEntry, type RunLock, type World } from './store.js';
+import { acquireRunLock, allIndexEntries, append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, lookupIndexEntry, type IndexWrite, type RunLock, type World } from './store.js';
 
 export const QUEUE_INDEX = {
   pending: 'workflow.queue.pending',
@@ -29,6 +35,12 @@ const TRANSPORT_RETRY_MS = 1000;
 /** Backoff after a handler failed: doubling from 1 s, at most 30 s. */
 const BACKOFF_BASE_MS = 1000;
 const BACKOFF_MAX_MS = 30_000;
+/**
+ * How long after its enqueueing a message is taken to be on the server's disk, where the store can
+ * forget what it acknowledged: at `synchronous_commit=off` PostgreSQL flushes a commit within three
+ * times its `wal_writer_delay` (200 ms by default, so 600 ms).
+ */
+const SETTLED_MS = 5000;
 /** Longest timer Node allows; a later delivery time is reached in steps. */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -127,6 +139,11 @@ export class DurableQueue {
   private closed = false;
   /** Deliveries under way, which `close()` lets finish and record their outcome. */
   private readonly inFlight = new Set<Promise<void>>();
+  /**
+   * Messages this process enqueued in a store that can forget acknowledged commits, until they are
+   * seen stored `SETTLED_MS` after: what their enqueueing wrote, to write it again if it is lost.
+   */
+  private readonly unsettled = new Map<string, { payload: Record<string, unknown>; index: IndexWrite[]; timer?: NodeJS.Timeout }>();
 
   constructor(
     private readonly world: World,
@@ -150,13 +167,9 @@ export class DurableQueue {
     const deliverAt = Date.now() + Math.max(0, (opts?.delaySeconds ?? 0) * 1000);
     const index: { index: string; key: string; value: string }[] = [{ index: QUEUE_INDEX.pending, key: messageId, value: queueName }];
     if (key !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key: indexText(key), value: messageId });
+    const payload = { queueName, body, deliverAt, ...(opts?.headers ? { headers: opts.headers } : {}), ...(key !== undefined ? { idempotencyKey: key } : {}) };
     try {
-      await append(this.world, log, {
-        type: T.enqueued,
-        payload: { queueName, body, deliverAt, ...(opts?.headers ? { headers: opts.headers } : {}), ...(key !== undefined ? { idempotencyKey: key } : {}) },
-        expectedSequence: 0,
-        index,
-      });
+      await append(this.world, log, { type: T.enqueued, payload, expectedSequence: 0, index });
     } catch (err) {
       // Another enqueue holds the key: that message is this one.
       if (key !== undefined && indexConflictHolder(err) !== undefined) {
@@ -165,6 +178,7 @@ export class DurableQueue {
       }
       throw err;
     }
+    if (this.world.kind === 'postgres') this.settleLater(messageId, { payload, index });
     this.schedule(messageId, deliverAt);
     return { messageId: messageId as MessageId };
   };
@@ -210,6 +224,8 @@ export class DurableQueue {
   async close(): Promise<void> {
     this.closed = true;
     if (this.sweeper !== undefined) clearInterval(this.sweeper);
+    for (const u of this.unsettled.values()) clearTimeout(u.timer);
+    this.unsettled.clear();
     for (const t of this.scheduled.values()) if (t !== 'delivering') clearTimeout(t);
     this.scheduled.clear();
     await Promise.allSettled([...this.inFlight]);
@@ -248,6 +264,56 @@ export class DurableQueue {
     this.scheduled.set(messageId, timer);
   }
 
+  /** Keep what enqueued `messageId` until it is seen stored `SETTLED_MS` from now. */
+  private settleLater(messageId: string, enqueued: { payload: Record<string, unknown>; index: IndexWrite[] }, after = SETTLED_MS): void {
+    if (this.closed) return;
+    const timer = setTimeout(() => void this.settle(messageId), after);
+    timer.unref();
+    this.unsettled.set(messageId, { ...enqueued, timer });
+  }
+
+  /** Forget a message seen stored; enqueue one that is gone again, and look again later. */
+  private async settle(messageId: string): Promise<void> {
+    const kept = this.unsettled.get(messageId);
+    if (kept === undefined || this.closed) return;
+    try {
+      const stored = await listEvents(this.world, queueLog(messageId), { limit: 1 });
+      if (stored.length > 0) {
+        this.unsettled.delete(messageId);
+        return;
+      }
+      if (await this.enqueueAgain(messageId)) this.schedule(messageId, kept.payload.deliverAt as number);
+    } catch {
+      // The store cannot be reached: look again at the next sweep.
+      this.settleLater(messageId, kept, SWEEP_MS);
+    }
+  }
+
+  /**
+   * Write the enqueueing of a message this process enqueued and the store lost, as it was, and keep
+   * it until that is seen stored in turn; false when its idempotency key has gone to another
+   * message meanwhile (that message is this one).
+   */
+  private async enqueueAgain(messageId: string): Promise<boolean> {
+    const kept = this.unsettled.get(messageId);
+    if (kept === undefined) return false;
+    try {
+      await append(this.world, queueLog(messageId), { type: T.enqueued, payload: kept.payload, expectedSequence: 0, index: kept.index });
+      console.error('[little-workflow] queue message lost by the store, enqueued again', { messageId, queueName: kept.payload.queueName });
+      clearTimeout(kept.timer);
+      this.settleLater(messageId, kept);
+      return true;
+    } catch (err) {
+      if (isSequenceConflict(err)) return true; // written again already
+      if (indexConflictHolder(err) !== undefined) {
+        clearTimeout(kept.timer);
+        this.unsettled.delete(messageId);
+        return false;
+      }
+      throw err;
+    }
+  }
+
   /** One look at a message: deliver it if due and not leased elsewhere. Resolves with when to look again. */
   private async attempt(messageId: string): Promise<number | undefined> {
     const log = queueLog(messageId);
@@ -260,6 +326,8 @@ export class DurableQueue {
     }
     try {
       const state = foldMessage(await listEvents(this.world, log));
+      // Enqueued here and lost by the store: enqueued again, and looked at again at once.
+      if (state === undefined && this.unsettled.has(messageId)) return (await this.enqueueAgain(messageId)) ? Date.now() : undefined;
       if (state === undefined || state.final) return undefined;
       if (state.dueAt > Date.now()) return state.dueAt;
       const attempt = state.deliveries + 1;

@@ -39,6 +39,8 @@ export type RunState = {
   attrEvents: Set<string>;
   events: SdkEvent[];
   lastSequence: number;
+  /** The id of the envelope at `lastSequence`. */
+  lastEventId?: string;
 };
 
 function emptyState(): RunState {
@@ -245,29 +247,55 @@ async function payloadOf(world: World, sdkRunId: string, e: { eventType: string;
 /** How many runs' folded states a process keeps. */
 const CACHED_RUNS = 256;
 
-/** Per-process folded state of runs, and the turn each run's writers of this process take. */
+/**
+ * Per-process folded state of runs, and the turn each run's writers of this process take.
+ *
+ * A PostgreSQL store can lose commits it had acknowledged (a server that crashed at `durability:
+ * 'normal'`, a failover to a replica that had not received them) and give their sequences to other
+ * events. There a run's state is brought up to date from its last event folded, which must still
+ * be stored: when it is not, the state is folded again from the log's start. Folded further, it
+ * would join two histories; and an append expecting a sequence the log no longer reaches would
+ * conflict for ever.
+ */
 export class RunCache {
   private readonly states = new Map<string, RunState>();
   private readonly turns = new Map<string, Promise<unknown>>();
+  private readonly forgetful: boolean;
 
-  constructor(private readonly world: World) {}
+  constructor(private readonly world: World) {
+    this.forgetful = world.kind === 'postgres';
+  }
 
   /** The run's state, brought up to date with its log. */
   async refresh(sdkRunId: string): Promise<RunState> {
     let state = this.states.get(sdkRunId);
     if (state === undefined) state = emptyState();
     else this.states.delete(sdkRunId); // re-inserted below: most recently used last
-    const fresh = await listEvents(this.world, logOfRun(sdkRunId), { afterSequence: state.lastSequence });
-    for (const env of fresh) this.applyEnvelope(state, sdkRunId, await sdkEventsOf(this.world, sdkRunId, env), env.sequence);
+    const log = logOfRun(sdkRunId);
+    let fresh: readonly EventEnvelope[];
+    if (this.forgetful && state.lastSequence > 0) {
+      const listed = await listEvents(this.world, log, { afterSequence: state.lastSequence - 1 });
+      const last = listed[0];
+      if (last !== undefined && last.sequence === state.lastSequence && last.eventId === state.lastEventId) {
+        fresh = listed.slice(1);
+      } else {
+        state = emptyState();
+        fresh = await listEvents(this.world, log);
+      }
+    } else {
+      fresh = await listEvents(this.world, log, { afterSequence: state.lastSequence });
+    }
+    for (const env of fresh) this.applyEnvelope(state, sdkRunId, await sdkEventsOf(this.world, sdkRunId, env), env);
     this.states.set(sdkRunId, state);
     while (this.states.size > CACHED_RUNS) this.states.delete(this.states.keys().next().value as string);
     return state;
   }
 
-  private applyEnvelope(state: RunState, _sdkRunId: string, events: SdkEvent[], sequence: number): void {
-    if (sequence !== state.lastSequence + 1) throw new Error(`event ${sequence} folded out of order after ${state.lastSequence}`);
+  private applyEnvelope(state: RunState, _sdkRunId: string, events: SdkEvent[], env: EventEnvelope): void {
+    if (env.sequence !== state.lastSequence + 1) throw new Error(`event ${env.sequence} folded out of order after ${state.lastSequence}`);
     for (const e of events) apply(state, e);
-    state.lastSequence = sequence;
+    state.lastSequence = env.sequence;
+    state.lastEventId = env.eventId;
   }
 
   /** Run `f` when this process's previous writer of the run is done. */
@@ -308,14 +336,14 @@ export class RunCache {
                 throw err2;
               }
               const events = await sdkEventsOf(this.world, sdkRunId, env);
-              if (state.lastSequence + 1 === env.sequence) this.applyEnvelope(state, sdkRunId, events, env.sequence);
+              if (state.lastSequence + 1 === env.sequence) this.applyEnvelope(state, sdkRunId, events, env);
               return other.result(events, state);
             }
           }
           throw err;
         }
         const events = await sdkEventsOf(this.world, sdkRunId, env);
-        if (state.lastSequence + 1 === env.sequence) this.applyEnvelope(state, sdkRunId, events, env.sequence);
+        if (state.lastSequence + 1 === env.sequence) this.applyEnvelope(state, sdkRunId, events, env);
         return d.result(events, state);
       }
     });

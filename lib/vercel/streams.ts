@@ -20,8 +20,20 @@ function bytesOf(chunk: string | Uint8Array): Uint8Array {
 }
 
 export function createStreamer(world: World): Streamer['streams'] {
-  /** Streams this process has indexed already. */
-  const indexed = new Set<string>();
+  /** Streams this process has indexed already, each with the sequence of the event that did. */
+  const indexed = new Map<string, number>();
+  /** Whether the store can forget commits it had acknowledged (see `indexedBy`). */
+  const forgetful = world.kind === 'postgres';
+
+  /**
+   * Note what an append to the stream `key` says of its index entry. An append at or before the
+   * sequence of the one that wrote the entry means the store forgot that one (a PostgreSQL server
+   * that crashed at `durability: 'normal'`), and the entry with it: the next append writes it again.
+   */
+  function indexedBy(key: string, sequence: number, wroteIndex: boolean): void {
+    if (wroteIndex) indexed.set(key, sequence);
+    else if (sequence <= (indexed.get(key) ?? 0)) indexed.delete(key);
+  }
 
   async function write(runIdArg: string | Promise<string>, name: string, chunk: string | Uint8Array): Promise<void> {
     const runId = await runIdArg;
@@ -29,8 +41,8 @@ export function createStreamer(world: World): Streamer['streams'] {
     const data = await encode(bytesOf(chunk), { world, runId: log, name: 'chunk' });
     const key = `${runId}\n${name}`;
     const index = indexed.has(key) ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
-    await append(world, log, { type: CHUNK, payload: { data }, index });
-    indexed.add(key);
+    const env = await append(world, log, { type: CHUNK, payload: { data }, index });
+    indexedBy(key, env.sequence, index !== undefined);
   }
 
   async function chunkOf(env: EventEnvelope): Promise<Uint8Array> {
@@ -56,9 +68,10 @@ export function createStreamer(world: World): Streamer['streams'] {
     async close(runIdArg: string, name: string) {
       const runId = await runIdArg;
       const key = `${runId}\n${name}`;
-      const index = indexed.has(key) ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
-      await append(world, streamLog(runId, name), { type: CLOSED, payload: {}, index });
-      indexed.add(key);
+      // Where the store can forget, the last event of a stream writes its entry again.
+      const index = indexed.has(key) && !forgetful ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
+      const env = await append(world, streamLog(runId, name), { type: CLOSED, payload: {}, index });
+      indexedBy(key, env.sequence, index !== undefined);
     },
     async get(runIdArg: string, name: string, startIndex = 0) {
       const runId = await runIdArg;
