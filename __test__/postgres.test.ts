@@ -177,7 +177,7 @@ describe.runIf(needsPostgres())('postgresWorld with many processes and a real se
       // This transaction takes its id first, and commits only after later ones have.
       await c.query('BEGIN');
       await c.query(`INSERT INTO "${schema}".events (run_id, sequence, event_id, type, recorded_at, envelope) VALUES ('run_late', 1, $1, 'StepStarted', $2, $3)`, [eventId, recordedAt, envelope]);
-      await c.query(`INSERT INTO "${schema}".runs (run_id, last_sequence, first_recorded_at, last_recorded_at) VALUES ('run_late', 1, $1, $1)`, [recordedAt]);
+      await c.query(`INSERT INTO "${schema}".runs (run_id, last_sequence, first_recorded_at, last_recorded_at, status) VALUES ('run_late', 1, $1, $1, 'running')`, [recordedAt]);
       for (let i = 1; i <= 5; i++) await appendEvent(world, 'run_other', step(i));
       const seen: number[] = [];
       for (let i = 0; i < 5; i++) seen.push((await other.next()).value!.sequence);
@@ -279,7 +279,7 @@ describe.runIf(needsPostgres())('postgresWorld with many processes and a real se
     const lines = await Promise.all(Array.from({ length: 4 }, (_, i) => runChild('append-child.cjs', [`pg:${schema}`, `run_open${i}`, '3', `p${i}`])));
     expect(lines.every((l) => l.at(-1) === 'done')).toBe(true);
     const version = await withPg((c) => c.query(`SELECT version, application FROM "${schema}".world_schema`));
-    expect(version.rows).toEqual([{ version: 3, application: 'little-workflow' }]);
+    expect(version.rows).toEqual([{ version: 4, application: 'little-workflow' }]);
 
     await withPg((c) => c.query(`UPDATE "${schema}".world_schema SET version = 99`));
     const newer = await rejection(appendEvent(open(schema), 'run_x', step(1)));
