@@ -47,7 +47,7 @@ impl StatusChange {
     }
 
     /// The status after this change of `status`.
-    pub fn apply<'a>(self, status: &'a str) -> &'a str {
+    pub fn apply(self, status: &str) -> &str {
         match self {
             StatusChange::Keep => status,
             StatusChange::Touch => touched(status),
@@ -117,15 +117,25 @@ pub fn status_change(stream_id: &str, event_type: &str, payload: &Map<String, Va
         "RunCompleted" => Set("completed"),
         "RunFailed" => Set("failed"),
         "OuterLoopCycleCompleted" => {
-            let kind = payload.get("supervise").and_then(|s| s.get("kind")).and_then(Value::as_str);
+            let kind = payload
+                .get("supervise")
+                .and_then(|s| s.get("kind"))
+                .and_then(Value::as_str);
             if kind == Some("done") {
                 Set("completed")
             } else {
                 Touch
             }
         }
-        "StepStarted" | "StepCompleted" | "StepFailed" | "ParallelGroupStarted" | "ParallelGroupCompleted"
-        | "ParallelGroupFailed" | "ParallelBranchScheduled" | "ParallelBranchCompleted" | "ParallelBranchFailed" => {
+        "StepStarted"
+        | "StepCompleted"
+        | "StepFailed"
+        | "ParallelGroupStarted"
+        | "ParallelGroupCompleted"
+        | "ParallelGroupFailed"
+        | "ParallelBranchScheduled"
+        | "ParallelBranchCompleted"
+        | "ParallelBranchFailed" => {
             if payload.get("stepPath").is_some_and(Value::is_string) {
                 Touch
             } else {
@@ -473,12 +483,20 @@ impl Page {
 /// A cursor: the order's name and the last row's sort key, as URL-safe text.
 fn encode_cursor(row: &CatalogRow, order: RunOrder) -> String {
     let text = serde_json::json!([order.name(), row.last_recorded_at, row.run_id]).to_string();
-    hex(text.as_bytes())
+    hex::encode(text.as_bytes())
 }
 
 fn decode_cursor(cursor: &str, order: RunOrder) -> Result<After> {
-    let bad = || invalid("cursor", "is not a cursor this world gave, or was given for another order");
-    let bytes = unhex(cursor).ok_or_else(bad)?;
+    let bad = || {
+        invalid(
+            "cursor",
+            "is not a cursor this world gave, or was given for another order",
+        )
+    };
+    if cursor.len() > 4096 {
+        return Err(bad());
+    }
+    let bytes = hex::decode(cursor).map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
     match v.as_array().map(Vec::as_slice) {
         Some([Value::String(o), Value::String(at), Value::String(id)]) if o == order.name() => Ok(After {
@@ -487,20 +505,6 @@ fn decode_cursor(cursor: &str, order: RunOrder) -> Result<After> {
         }),
         _ => Err(bad()),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 4096 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
@@ -549,6 +553,9 @@ mod tests {
         let c = encode_cursor(&row, RunOrder::Newest);
         assert_eq!(decode_cursor(&c, RunOrder::Newest).unwrap().run_id, "run_a");
         assert_eq!(decode_cursor(&c, RunOrder::Id).unwrap_err().code(), "EVENT_VALIDATION");
-        assert_eq!(decode_cursor("zz", RunOrder::Id).unwrap_err().code(), "EVENT_VALIDATION");
+        assert_eq!(
+            decode_cursor("zz", RunOrder::Id).unwrap_err().code(),
+            "EVENT_VALIDATION"
+        );
     }
 }

@@ -65,8 +65,13 @@ impl World {
                 rows.extend(reader.catalog_page(&q)?);
             }
             let (rows, cursor) = page.finish(rows);
-            let runs: Vec<_> = rows.into_iter().map(|r| summary(&*reader, &pricing, &statuses, r)).collect();
-            Ok(Output::Json(serde_json::json!({ "runs": runs, "cursor": cursor }).to_string()))
+            let runs: Vec<_> = rows
+                .into_iter()
+                .map(|r| summary(&*reader, &pricing, &statuses, r))
+                .collect();
+            Ok(Output::Json(
+                serde_json::json!({ "runs": runs, "cursor": cursor }).to_string(),
+            ))
         })
     }
 }

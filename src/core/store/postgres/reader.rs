@@ -244,8 +244,10 @@ impl LogReader for PgReader {
             RunOrder::Id => " ORDER BY run_id",
         });
         sql.push_str(&format!(" LIMIT {}", query.limit.min(i64::MAX as u64)));
-        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            values.iter().map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
+            .iter()
+            .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
         let rows = self.query("reading the runs catalog", &sql, &refs)?;
         rows.iter().map(catalog_row).collect()
     }

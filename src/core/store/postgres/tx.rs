@@ -15,9 +15,9 @@
 //! be out of date, and the group is run again under the streams' locks.
 
 use super::Conn;
+use crate::core::catalog::{CatalogNote, CatalogStage, StatusChange};
 use crate::core::error::{Result, WorldError};
 use crate::core::pg::{col, Db};
-use crate::core::catalog::{CatalogNote, CatalogStage, StatusChange};
 use crate::core::store::{KeyedEvent, LogTx, RowRef, StagedIndex};
 use std::collections::{HashMap, HashSet};
 use tokio_postgres::types::ToSql;
@@ -149,7 +149,16 @@ impl Writes<'_> {
     /// moves a pending stream to running, and null for none.
     pub fn run_columns(
         &self,
-    ) -> (Vec<&str>, Vec<i64>, Vec<&str>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<Option<&str>>) {
+    ) -> (
+        Vec<&str>,
+        Vec<i64>,
+        Vec<&str>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<Option<&str>>,
+    ) {
         let mut out = (
             Vec::new(),
             Vec::new(),

@@ -413,9 +413,8 @@ fn catalog_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CatalogRow> {
 /// (`runs_by_time`, or `runs_by_status` for one status, or the primary key by id), starting after
 /// the cursor's row, so a page reads about as many rows as it returns.
 fn catalog_sql(q: &RunQuery<'_>) -> (String, Vec<rusqlite::types::Value>) {
-    let mut sql = String::from(
-        "SELECT run_id, last_sequence, first_recorded_at, last_recorded_at, status FROM runs WHERE 1",
-    );
+    let mut sql =
+        String::from("SELECT run_id, last_sequence, first_recorded_at, last_recorded_at, status FROM runs WHERE 1");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();
     let mut bind = |sql: &mut String, clause: &str, v: &str| {
         values.push(v.to_string().into());
@@ -435,7 +434,11 @@ fn catalog_sql(q: &RunQuery<'_>) -> (String, Vec<rusqlite::types::Value>) {
             RunOrder::Id => bind(&mut sql, " AND run_id > ?", &c.run_id),
             order => {
                 let op = if order == RunOrder::Newest { "<" } else { ">" };
-                bind(&mut sql, &format!(" AND (last_recorded_at, run_id) {op} (?"), &c.last_recorded_at);
+                bind(
+                    &mut sql,
+                    &format!(" AND (last_recorded_at, run_id) {op} (?"),
+                    &c.last_recorded_at,
+                );
                 bind(&mut sql, ", ?)", &c.run_id);
             }
         }

@@ -265,7 +265,13 @@ fn backfill_catalog(conn: &Connection) -> rusqlite::Result<()> {
     )?;
     catalog_from_events(conn, None, |r| {
         insert
-            .execute(rusqlite::params![r.run_id, r.last_sequence as i64, r.first_recorded_at, r.last_recorded_at, r.status])
+            .execute(rusqlite::params![
+                r.run_id,
+                r.last_sequence as i64,
+                r.first_recorded_at,
+                r.last_recorded_at,
+                r.status
+            ])
             .map(|_| ())
     })
 }
