@@ -83,6 +83,20 @@ export declare class NativeWorld {
   verify(runId?: string | undefined | null, thorough?: boolean | undefined | null): Promise<string>
   /** The runs in the world with count, times, status and cost, as JSON. */
   runs(): Promise<string>
+  /**
+   * Delete a run and what it owns (`token`: the run's lock, when the caller holds it):
+   * `{ runId, deleted, events, artifacts, bytes }` as JSON.
+   */
+  deleteRun(runId: string, token?: string | undefined | null): Promise<string>
+  /**
+   * Delete the runs that ended before a time, `request` the options as JSON: `{ runs, events,
+   * artifacts, bytes, runIds? }` as JSON.
+   */
+  pruneRuns(request: string): Promise<string>
+  /** Give the space deleted runs freed back to the operating system. */
+  compact(): Promise<void>
+  /** Copy a local world into `dir` while it is written. */
+  backup(dir: string): Promise<void>
   /** A page of the runs catalog, `request` the options as JSON: `{ runs, cursor }` as JSON. */
   queryRuns(request: string): Promise<string>
   /**

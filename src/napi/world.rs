@@ -380,6 +380,32 @@ impl NativeWorld {
         self.submit(&env, |t| self.world.runs(t))
     }
 
+    /// Delete a run and what it owns (`token`: the run's lock, when the caller holds it):
+    /// `{ runId, deleted, events, artifacts, bytes }` as JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn delete_run(&self, env: Env, run_id: String, token: Option<String>) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.delete_run(t, run_id, token))
+    }
+
+    /// Delete the runs that ended before a time, `request` the options as JSON: `{ runs, events,
+    /// artifacts, bytes, runIds? }` as JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn prune_runs(&self, env: Env, request: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.prune_runs(t, &request))
+    }
+
+    /// Give the space deleted runs freed back to the operating system.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn compact(&self, env: Env) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.compact(t))
+    }
+
+    /// Copy a local world into `dir` while it is written.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn backup(&self, env: Env, dir: String) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.backup(t, dir))
+    }
+
     /// A page of the runs catalog, `request` the options as JSON: `{ runs, cursor }` as JSON.
     #[napi(ts_return_type = "Promise<string>")]
     pub fn query_runs(&self, env: Env, request: String) -> napi::Result<RawValue> {

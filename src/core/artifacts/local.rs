@@ -170,4 +170,33 @@ impl ArtifactBackend for LocalArtifacts {
             .filter(|id| crate::core::ids::is_artifact_id(id))
             .collect())
     }
+
+    /// Every manifest is read: the files are named by id alone.
+    fn owned_by(&self, runs: &[&str]) -> Result<Vec<(String, String, u64)>> {
+        let runs: std::collections::HashSet<&str> = runs.iter().copied().collect();
+        let mut owned = Vec::new();
+        for id in self.list()? {
+            match self.manifest(&id) {
+                Ok(m) if runs.contains(m.run_id.as_str()) => owned.push((m.run_id, id, m.size_bytes)),
+                Ok(_) | Err(WorldError::ArtifactNotFound { .. }) => {}
+                Err(e) if e.code() == "WORLD_IO" => return Err(e),
+                Err(_) => {}
+            }
+        }
+        Ok(owned)
+    }
+
+    fn remove(&self, id: &str) -> Result<()> {
+        let gone = |r: std::io::Result<()>, path: PathBuf| match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(WorldError::io("removing an artifact", Some(path), e)),
+        };
+        let manifest = self.dir.join(format!("{id}.json"));
+        gone(fs::remove_file(&manifest), manifest)?;
+        sync_dir(&self.dir)?;
+        let blob = self.blobs.join(format!("{id}.bin"));
+        gone(fs::remove_file(&blob), blob)?;
+        sync_dir(&self.blobs)
+    }
 }

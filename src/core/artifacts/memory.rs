@@ -49,4 +49,18 @@ impl ArtifactBackend for MemoryArtifacts {
     fn list(&self) -> Result<Vec<String>> {
         Ok(self.map().keys().cloned().collect())
     }
+
+    fn owned_by(&self, runs: &[&str]) -> Result<Vec<(String, String, u64)>> {
+        Ok(self
+            .map()
+            .values()
+            .filter(|(m, _)| runs.contains(&m.run_id.as_str()))
+            .map(|(m, _)| (m.run_id.clone(), m.artifact_id.clone(), m.size_bytes))
+            .collect())
+    }
+
+    fn remove(&self, id: &str) -> Result<()> {
+        self.map().remove(id);
+        Ok(())
+    }
 }

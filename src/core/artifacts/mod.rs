@@ -183,6 +183,13 @@ pub trait ArtifactBackend: Send + Sync {
     fn exists(&self, id: &str) -> Result<bool>;
     /// The ids of every published artifact, in any order.
     fn list(&self) -> Result<Vec<String>>;
+    /// The artifacts that runs of `runs` made (their manifests' `runId`): each with its run, id
+    /// and size in bytes. One whose manifest does not read is left out (`little verify` reports
+    /// it).
+    fn owned_by(&self, runs: &[&str]) -> Result<Vec<(String, String, u64)>>;
+    /// Remove the artifact `id`: its manifest first, so that no manifest is ever left without its
+    /// bytes, then its bytes. A missing one is a no-op.
+    fn remove(&self, id: &str) -> Result<()>;
 }
 
 /// The artifacts of one world: the rules, over its backend.
@@ -236,6 +243,22 @@ impl ArtifactStore {
     /// Whether an artifact `id` is published (without reading it).
     pub fn exists(&self, id: &str) -> Result<bool> {
         self.backend.exists(id)
+    }
+
+    /// The artifacts that runs of `runs` made: each with its run, id and size in bytes, sorted.
+    pub fn owned_by(&self, runs: &[&str]) -> Result<Vec<(String, String, u64)>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut owned = self.backend.owned_by(runs)?;
+        owned.sort();
+        Ok(owned)
+    }
+
+    /// Remove the artifact `id`, taking its turn as a writer of it does.
+    pub fn remove(&self, id: &str) -> Result<()> {
+        let _turn = self.turn(id);
+        self.backend.remove(id)
     }
 
     /// Ids of every published artifact, sorted.

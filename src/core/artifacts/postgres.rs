@@ -209,4 +209,58 @@ impl ArtifactBackend for PgArtifacts {
             rows.iter().map(|r| col(r, 0)).collect()
         })
     }
+
+    fn owned_by(&self, runs: &[&str]) -> Result<Vec<(String, String, u64)>> {
+        let db = &self.db;
+        db.block_on(async {
+            let client = db.pooled().await?;
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT manifest::jsonb ->> 'runId', artifact_id, size_bytes FROM {} \
+                         WHERE manifest::jsonb ->> 'runId' = ANY($1)",
+                        db.table("artifacts")
+                    ),
+                    &[&runs],
+                )
+                .await
+                .map_err(|e| db.error("listing a run's artifacts", &e))?;
+            rows.iter()
+                .map(|r| Ok((col::<String>(r, 0)?, col::<String>(r, 1)?, col::<i64>(r, 2)? as u64)))
+                .collect()
+        })
+    }
+
+    /// The manifest row and its chunks, in one transaction.
+    fn remove(&self, id: &str) -> Result<()> {
+        let db = &self.db;
+        db.block_on(async {
+            let client = db.pooled().await?;
+            client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(|e| db.error("removing an artifact", &e))?;
+            let removed = async {
+                client
+                    .execute(
+                        &format!("DELETE FROM {} WHERE artifact_id = $1", db.table("artifacts")),
+                        &[&id],
+                    )
+                    .await?;
+                client
+                    .execute(
+                        &format!("DELETE FROM {} WHERE artifact_id = $1", db.table("artifact_chunks")),
+                        &[&id],
+                    )
+                    .await?;
+                client.batch_execute("COMMIT").await
+            }
+            .await;
+            if let Err(e) = removed {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(db.error("removing an artifact", &e));
+            }
+            Ok(())
+        })
+    }
 }

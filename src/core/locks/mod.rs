@@ -222,6 +222,11 @@ impl Locks {
         })
     }
 
+    /// Whether this world handed out `name` with `token` and it has not been released.
+    pub fn holds(&self, name: &str, token: &str) -> bool {
+        self.handed().held.get(name).is_some_and(|(t, _)| t == token)
+    }
+
     /// Let go of a lock. Letting go of a lock that is already free is a no-op; a token that does
     /// not own a held lock is refused with `RunLockedError`. Works after [`Locks::close`] too: a
     /// lock close let go of is then already free.

@@ -311,6 +311,18 @@ impl LogWriter for MemoryLog {
         Ok(())
     }
 
+    fn delete_streams(&mut self, runs: &[&str]) -> Result<Vec<u64>> {
+        let mut store = self.lock();
+        let removed = runs
+            .iter()
+            .map(|r| store.streams.remove(*r).map_or(0, |s| s.rows.len() as u64))
+            .collect();
+        let gone: std::collections::HashSet<&str> = runs.iter().copied().collect();
+        store.index.retain(|_, (_, run, _)| !gone.contains(run.as_str()));
+        store.snapshots.retain(|(run, _), _| !gone.contains(run.as_str()));
+        Ok(removed)
+    }
+
     /// A memory commit takes only the map's lock, which no one holds for long.
     fn transaction_if_immediate(
         &mut self,

@@ -268,6 +268,18 @@ pub trait LogWriter: Send {
     fn commits_quickly(&self) -> bool {
         true
     }
+
+    /// Remove every row of each of `runs` in one transaction: its events, its catalog row, its
+    /// terminals, estimates and token totals, its fold snapshots and the index entries it holds.
+    /// Returns how many events each had (0 for one that had none). A later append to one of them
+    /// starts a new stream at sequence 1.
+    fn delete_streams(&mut self, runs: &[&str]) -> Result<Vec<u64>>;
+
+    /// Give the space that deleted rows freed back to the operating system (where the backend
+    /// keeps it for reuse otherwise).
+    fn compact(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What was committed after a mark, for live views: the streams that have new rows.
@@ -346,6 +358,27 @@ pub trait LogReader: Send + Sync {
     fn changes(&self, since: Option<i64>) -> Result<Changes> {
         let _ = since;
         Ok(Changes { mark: 0, streams: None })
+    }
+    /// Call `sink` with the stream and envelope of every stored row that may refer to an artifact
+    /// (whose envelope holds `"artifact://`), in any order. A backend that can filter the rows
+    /// itself overrides this.
+    fn artifact_mentions(&self, sink: &mut dyn FnMut(&str, &str) -> Result<()>) -> Result<()> {
+        for s in self.streams()? {
+            self.rows(&s.run_id, 0, None, &mut |row| {
+                if row.envelope.contains("\"artifact://") {
+                    sink(row.run_id, row.envelope)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+    /// Write a copy of the whole store, as of one commit, to the file `path` (a local world's
+    /// backup). A backend that cannot says so.
+    fn copy_into(&self, path: &std::path::Path) -> Result<()> {
+        Err(crate::core::error::WorldError::Path {
+            message: format!("this kind of world cannot be copied into {}", path.display()),
+        })
     }
     /// The backend's own check of how it stores the rows (for SQLite, `PRAGMA quick_check`, or
     /// with `thorough` `PRAGMA integrity_check`, and that every run's rows found through the

@@ -27,6 +27,7 @@
 //! status and cost.
 
 mod append;
+mod lifecycle;
 mod local;
 mod memory;
 mod postgres;

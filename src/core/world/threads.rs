@@ -98,6 +98,12 @@ impl LogWriter for ReadOnlyLog {
     ) -> Option<Result<()>> {
         None
     }
+
+    fn delete_streams(&mut self, _runs: &[&str]) -> Result<Vec<u64>> {
+        Err(WorldError::Path {
+            message: "deleting a run needs a writable world, and this one was opened read-only".into(),
+        })
+    }
 }
 
 /// Takes a run's fold snapshot in the background (see [`crate::core::materialize::snapshot`]),

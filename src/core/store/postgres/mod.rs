@@ -74,6 +74,11 @@ const KNOWN_STREAMS: usize = 65_536;
 /// The SQLSTATE of a unique key's refusal.
 const UNIQUE_VIOLATION: &str = "23505";
 
+/// The SQLSTATE of a check's refusal: the `runs` upsert's, of a stream whose last sequence is not
+/// the one the group started after (deleted, or written by another host, since the writer
+/// remembered it).
+const CHECK_VIOLATION: &str = "23514";
+
 /// Why a group's writes did not commit.
 enum NotCommitted {
     /// The connection was found gone at `BEGIN`: nothing reached the server.
@@ -225,11 +230,13 @@ impl Statements {
                 .prepare_typed(
                     &format!(
                         "INSERT INTO {} AS r (run_id, last_sequence, first_recorded_at, last_recorded_at, \
-                         input_tokens, output_tokens, cached_tokens, reasoning_tokens, status) \
-                         SELECT u.run_id, u.last, u.at, u.at, u.i, u.o, u.c, u.rt, u.st \
+                         input_tokens, output_tokens, cached_tokens, reasoning_tokens, status, written_after) \
+                         SELECT u.run_id, u.last, u.at, u.at, u.i, u.o, u.c, u.rt, u.st, u.after \
                          FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-                         $8::text[]) AS u(run_id, last, at, i, o, c, rt, st) ORDER BY u.run_id \
-                         ON CONFLICT (run_id) DO UPDATE SET last_sequence = excluded.last_sequence, \
+                         $8::text[], $9::int8[]) AS u(run_id, last, at, i, o, c, rt, st, after) ORDER BY u.run_id \
+                         ON CONFLICT (run_id) DO UPDATE SET \
+                         last_sequence = CASE WHEN r.last_sequence = excluded.written_after \
+                         THEN excluded.last_sequence ELSE -1 END, written_after = excluded.written_after, \
                          first_recorded_at = coalesce(r.first_recorded_at, excluded.first_recorded_at), \
                          last_recorded_at = excluded.last_recorded_at, input_tokens = excluded.input_tokens, \
                          output_tokens = excluded.output_tokens, cached_tokens = excluded.cached_tokens, \
@@ -248,6 +255,7 @@ impl Statements {
                         int_array.clone(),
                         int_array.clone(),
                         text_array.clone(),
+                        int_array.clone(),
                     ],
                 )
                 .await?,
@@ -483,9 +491,9 @@ impl PgWriter {
         // The streams' rows first: a transaction begun here takes their locks with this write.
         let runs = async {
             if !w.runs.is_empty() {
-                let (ids, last, at, i, o, ca, rt, st) = w.run_columns();
+                let (ids, last, at, i, o, ca, rt, st, after) = w.run_columns();
                 c.client
-                    .execute(&c.st.put_runs, &[&ids, &last, &at, &i, &o, &ca, &rt, &st])
+                    .execute(&c.st.put_runs, &[&ids, &last, &at, &i, &o, &ca, &rt, &st, &after])
                     .await
                     .map_err(fail("recording the streams' last sequences"))?;
             }
@@ -574,7 +582,7 @@ impl PgWriter {
         }
         // The first failure is the cause; the guard's and the commit's follow from it.
         if let Err(e) = counted.and(inserted).and(ended).and(estimated).and(set).and(removed) {
-            let taken = matches!(&e, WorldError::Database { sqlstate: Some(s), .. } if s == UNIQUE_VIOLATION);
+            let taken = matches!(&e, WorldError::Database { sqlstate: Some(s), .. } if s == UNIQUE_VIOLATION || s == CHECK_VIOLATION);
             return Err(if taken {
                 NotCommitted::Taken(e)
             } else {
@@ -645,6 +653,112 @@ impl LogWriter for PgWriter {
             }
         }
         self.under_locks(scope, &runs, body)
+    }
+
+    /// One transaction: the stream's `runs` row locked (so no other host's append to it commits
+    /// meanwhile), its rows deleted from every table, and its `runs` row kept at sequence 0, so
+    /// that a writer that still remembers the stream's old tail is refused by the `runs` upsert's
+    /// check and runs its group again under the locks.
+    fn delete_streams(&mut self, run_ids: &[&str]) -> Result<Vec<u64>> {
+        let db = self.db.clone();
+        let mut sorted: Vec<&str> = run_ids.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        for run in &sorted {
+            self.tails.remove(*run);
+        }
+        let (rt, conn, tails) = (&self.rt, &mut self.conn, &mut self.tails);
+        let outcome = rt.block_on(async {
+            Self::conn(&db, conn, tails).await?;
+            let c = conn.as_ref().expect("just connected");
+            let db: &Db = &db;
+            let fail = |doing: &'static str| move |e: tokio_postgres::Error| db.error(doing, &e);
+            c.client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(fail("beginning a deletion"))?;
+            let runs = db.table("runs");
+            // In id order, as appends take them.
+            c.client
+                .query(
+                    &format!("SELECT 1 FROM {runs} WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE"),
+                    &[&sorted],
+                )
+                .await
+                .map_err(fail("locking runs to delete them"))?;
+            let counted = c
+                .client
+                .query(
+                    &format!(
+                        "WITH d AS (DELETE FROM {} WHERE run_id = ANY($1) RETURNING run_id) \
+                         SELECT run_id, count(*) FROM d GROUP BY run_id",
+                        db.table("events")
+                    ),
+                    &[&sorted],
+                )
+                .await
+                .map_err(fail("deleting runs' events"))?;
+            for table in ["terminals", "estimates", "index_entries", "fold_snapshots"] {
+                c.client
+                    .execute(
+                        &format!("DELETE FROM {} WHERE run_id = ANY($1)", db.table(table)),
+                        &[&sorted],
+                    )
+                    .await
+                    .map_err(fail("deleting runs' rows"))?;
+            }
+            c.client
+                .execute(
+                    &format!(
+                        "UPDATE {runs} SET last_sequence = 0, written_after = 0, first_recorded_at = NULL, \
+                         last_recorded_at = NULL, status = NULL, input_tokens = 0, output_tokens = 0, \
+                         cached_tokens = 0, reasoning_tokens = 0 WHERE run_id = ANY($1)"
+                    ),
+                    &[&sorted],
+                )
+                .await
+                .map_err(fail("deleting runs' catalog rows"))?;
+            c.client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(fail("committing a deletion"))?;
+            let mut removed = HashMap::new();
+            for row in &counted {
+                removed.insert(col::<String>(row, 0)?, col::<i64>(row, 1)? as u64);
+            }
+            Ok::<_, WorldError>(removed)
+        });
+        let removed = outcome.map_err(|e| self.failed(e))?;
+        Ok(run_ids.iter().map(|r| removed.get(*r).copied().unwrap_or(0)).collect())
+    }
+
+    /// `VACUUM (ANALYZE)` of the world's tables: their free space goes back to the operating
+    /// system where it is at the end of a table, and is kept for reuse otherwise. Writers do not
+    /// wait for it.
+    fn compact(&mut self) -> Result<()> {
+        let db = self.db.clone();
+        let (rt, conn, tails) = (&self.rt, &mut self.conn, &mut self.tails);
+        let outcome = rt.block_on(async {
+            Self::conn(&db, conn, tails).await?;
+            let c = conn.as_ref().expect("just connected");
+            for table in [
+                "events",
+                "runs",
+                "terminals",
+                "estimates",
+                "index_entries",
+                "fold_snapshots",
+                "artifacts",
+                "artifact_chunks",
+            ] {
+                c.client
+                    .batch_execute(&format!("VACUUM (ANALYZE) {}", db.table(table)))
+                    .await
+                    .map_err(|e| db.error("compacting the world's tables", &e))?;
+            }
+            Ok::<_, WorldError>(())
+        });
+        outcome.map_err(|e| self.failed(e))
     }
 
     /// Every commit waits for the server.

@@ -208,6 +208,18 @@ impl LogReader for PgReader {
             .collect()
     }
 
+    fn artifact_mentions(&self, sink: &mut dyn FnMut(&str, &str) -> Result<()>) -> Result<()> {
+        self.each_row(
+            "looking for references to artifacts",
+            format!(
+                "SELECT run_id, envelope FROM {} WHERE strpos(envelope, '\"artifact://') > 0",
+                self.db.table("events")
+            ),
+            Vec::new(),
+            &mut |row| sink(&col::<String>(row, 0)?, &col::<String>(row, 1)?),
+        )
+    }
+
     fn catalog_page(&self, query: &RunQuery<'_>) -> Result<Vec<CatalogRow>> {
         let mut sql = format!(
             "SELECT run_id, last_sequence, first_recorded_at, last_recorded_at, status FROM {} WHERE last_sequence > 0",

@@ -138,15 +138,16 @@ pub(super) struct Writes<'a> {
     pub index_set: (Vec<&'a str>, Vec<&'a str>, Vec<&'a str>, Vec<&'a str>, Vec<i64>),
     /// Index entries removed: index, key.
     pub index_removed: (Vec<&'a str>, Vec<&'a str>),
-    /// Each stream written to: its last sequence, its last `recordedAt`, its token counts and the
-    /// change of its status.
-    pub runs: Vec<(&'a str, u64, &'a str, [u64; 4], StatusChange)>,
+    /// Each stream written to: its last sequence, its last `recordedAt`, its token counts, the
+    /// change of its status, and the last sequence the group started after.
+    pub runs: Vec<(&'a str, u64, &'a str, [u64; 4], StatusChange, u64)>,
 }
 
 impl Writes<'_> {
     #[allow(clippy::type_complexity)]
     /// The streams' rows as columns; a change of status as the status it sets, `''` for one that
-    /// moves a pending stream to running, and null for none.
+    /// moves a pending stream to running, and null for none; last, the sequence each stream's
+    /// group started after.
     pub fn run_columns(
         &self,
     ) -> (
@@ -158,6 +159,7 @@ impl Writes<'_> {
         Vec<i64>,
         Vec<i64>,
         Vec<Option<&str>>,
+        Vec<i64>,
     ) {
         let mut out = (
             Vec::new(),
@@ -168,8 +170,10 @@ impl Writes<'_> {
             Vec::new(),
             Vec::new(),
             Vec::new(),
+            Vec::new(),
         );
-        for (run, last, at, usage, status) in &self.runs {
+        for (run, last, at, usage, status, after) in &self.runs {
+            out.8.push(*after as i64);
             out.7.push(match status.parts() {
                 (Some(set), _) => Some(set),
                 (None, true) => Some(""),
@@ -344,8 +348,9 @@ impl<'a> PgTx<'a> {
             e.6.push(&r.recorded_at);
             e.7.push(&r.envelope);
             let at = *runs.entry(&r.run_id).or_insert_with(|| {
+                let known = &self.known.runs[&r.run_id];
                 w.runs
-                    .push((&r.run_id, 0, "", self.known.runs[&r.run_id].usage, StatusChange::Keep));
+                    .push((&r.run_id, 0, "", known.usage, StatusChange::Keep, known.last));
                 w.runs.len() - 1
             });
             w.runs[at].1 = r.sequence;

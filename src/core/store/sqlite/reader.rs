@@ -179,6 +179,46 @@ impl LogReader for SqliteReader {
         })
     }
 
+    /// SQLite's online backup, in one step: every page is copied inside one read transaction of
+    /// this reader's connection, so the copy is the database as of one commit, and writers go on
+    /// meanwhile. The copy is then made durable before it counts.
+    fn copy_into(&self, path: &std::path::Path) -> Result<()> {
+        let err = |e| WorldError::sqlite("copying the event store", e);
+        let mut target = Connection::open(path).map_err(err)?;
+        self.with_conn(|conn| {
+            let backup = rusqlite::backup::Backup::new(conn, &mut target).map_err(err)?;
+            match backup.step(-1).map_err(err)? {
+                rusqlite::backup::StepResult::Done => Ok(()),
+                other => Err(WorldError::RuntimeIntegrity {
+                    reason: format!("copying the event store stopped before its end ({other:?})"),
+                }),
+            }
+        })?;
+        target
+            .execute_batch("PRAGMA synchronous = FULL; PRAGMA journal_mode = DELETE;")
+            .map_err(err)?;
+        target.close().map_err(|(_, e)| err(e))?;
+        std::fs::File::open(path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| WorldError::io("syncing the copied event store", Some(path.to_path_buf()), e))
+    }
+
+    fn artifact_mentions(&self, sink: &mut dyn FnMut(&str, &str) -> Result<()>) -> Result<()> {
+        self.with_conn(|conn| {
+            let err = |e| WorldError::sqlite("looking for references to artifacts", e);
+            let mut stmt = conn
+                .prepare_cached("SELECT run_id, envelope FROM events WHERE instr(envelope, '\"artifact://') > 0")
+                .map_err(err)?;
+            let mut rows = stmt.query([]).map_err(err)?;
+            while let Some(row) = rows.next().map_err(err)? {
+                let run: &str = row.get_ref(0).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
+                let envelope: &str = row.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(err)?;
+                sink(run, envelope)?;
+            }
+            Ok(())
+        })
+    }
+
     fn catalog_page(&self, query: &RunQuery<'_>) -> Result<Vec<CatalogRow>> {
         let (sql, values) = catalog_sql(query);
         self.with_conn(|conn| {

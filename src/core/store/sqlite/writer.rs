@@ -140,6 +140,25 @@ impl SqliteWriter {
 pub(super) const NOW_MARGIN: i32 = 256;
 
 impl LogWriter for SqliteWriter {
+    fn delete_streams(&mut self, runs: &[&str]) -> Result<Vec<u64>> {
+        self.delete_rows(runs).map_err(|e| on(&self.conn, e))
+    }
+
+    /// `VACUUM` on the writer's connection, then the WAL truncated: the database is rewritten
+    /// without its free pages, holding the write lock meanwhile, so other writers wait.
+    fn compact(&mut self) -> Result<()> {
+        self.exec("VACUUM", "compacting the event store")
+            .and_then(|()| {
+                self.conn
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                    .map_err(|e| WorldError::sqlite("truncating the WAL", e))
+            })
+            .map_err(|e| on(&self.conn, e))?;
+        self.tails.clear();
+        self.data_version = None;
+        Ok(())
+    }
+
     fn transaction(&mut self, _scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         self.exec("BEGIN IMMEDIATE", "beginning a write transaction")
             .and_then(|()| self.begun_version())
@@ -193,6 +212,63 @@ impl LogWriter for SqliteWriter {
 }
 
 impl SqliteWriter {
+    /// [`LogWriter::delete_stream`]: one `IMMEDIATE` transaction deleting the stream's rows from
+    /// every table, after the checks an append's transaction makes (the files, a newer version's
+    /// upgrade).
+    fn delete_rows(&mut self, runs: &[&str]) -> Result<Vec<u64>> {
+        self.exec("BEGIN IMMEDIATE", "beginning a deletion")?;
+        let version = self.begun_version()?;
+        let others_committed = self.data_version != Some(version);
+        let checked = self.check_files().and_then(|()| {
+            if others_committed {
+                self.check_not_upgraded()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = checked {
+            let _ = self.exec("ROLLBACK", "rolling back");
+            return Err(e);
+        }
+        if others_committed {
+            self.tails.clear();
+        }
+        let deleted = (|| -> rusqlite::Result<Vec<u64>> {
+            let mut removed = Vec::with_capacity(runs.len());
+            for run_id in runs {
+                removed.push(
+                    self.conn
+                        .prepare_cached("DELETE FROM events WHERE run_id = ?1")?
+                        .execute([run_id])? as u64,
+                );
+                for table in ["runs", "terminals", "estimates", "usage_totals", "index_entries"] {
+                    self.conn
+                        .prepare_cached(&format!("DELETE FROM {table} WHERE run_id = ?1"))?
+                        .execute([run_id])?;
+                }
+            }
+            Ok(removed)
+        })();
+        let committed = deleted
+            .map_err(|e| WorldError::sqlite("deleting a run", e))
+            .and_then(|n| self.exec("COMMIT", "committing a deletion").map(|()| n));
+        match committed {
+            Ok(n) => {
+                for run_id in runs {
+                    self.tails.remove(*run_id);
+                }
+                self.data_version = Some(version);
+                Ok(n)
+            }
+            Err(e) => {
+                let _ = self.exec("ROLLBACK", "rolling back");
+                self.tails.clear();
+                self.data_version = None;
+                Err(e)
+            }
+        }
+    }
+
     /// `PRAGMA data_version` inside a transaction just begun; rolled back if it cannot be read.
     pub(super) fn begun_version(&self) -> Result<i64> {
         self.data_version().inspect_err(|_| {

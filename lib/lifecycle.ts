@@ -1,0 +1,125 @@
+// Operating a world over time: deleting a run, pruning the runs that ended, giving freed space
+// back, and backing up a local world while it is written. The rules are the core's.
+import { call, checkRunIdType, invalid } from './errors.js';
+import { frozen, options } from './json.js';
+import type { RunLock } from './locks.js';
+import { nativeOf, type World } from './worlds.js';
+
+/** What {@link deleteRun} removed. */
+export type DeletedRun = {
+  readonly runId: string;
+  /** False when the world held nothing of the run. */
+  readonly deleted: boolean;
+  readonly events: number;
+  readonly artifacts: number;
+  /** Bytes of the artifacts removed. */
+  readonly bytes: number;
+};
+
+/**
+ * Delete a run (or session) and everything it owns: its events, the index entries it holds, its
+ * catalog row and fold snapshots, and the artifacts it made that no remaining run refers to. All
+ * or nothing for every reader, and through a crash. Rejects with `RunLockedError` while another
+ * owner holds the run's lock; the holder passes its lock as `opts.lock`. A later append under the
+ * same id starts a new run at sequence 1; the deleted run's idempotency keys go with it.
+ */
+export async function deleteRun(world: World, runId: string, opts?: { lock?: RunLock }): Promise<DeletedRun> {
+  const handle = nativeOf(world);
+  checkRunIdType(runId);
+  const o = options(opts, 'deleteRun options', ['lock']);
+  let token: string | undefined;
+  if (o.lock !== undefined) {
+    const lock = o.lock as Partial<RunLock> | null;
+    if (lock === null || typeof lock !== 'object' || typeof lock.token !== 'string' || typeof lock.name !== 'string') {
+      invalid('lock', 'must be a lock from acquireRunLock');
+    }
+    if (lock.name !== `run:${runId}`) invalid('lock', `is the lock ${JSON.stringify(lock.name)}, not the lock of ${runId}`);
+    token = lock.token;
+  }
+  return frozen<DeletedRun>(await call(() => handle.deleteRun(runId, token)));
+}
+
+/** Options of {@link pruneRuns}. */
+export interface PruneRunsOptions {
+  /** Required: only runs whose last event was recorded before this time are deleted. */
+  endedBefore: string | Date;
+  /** Default: every status in which a run has ended (`completed`, `failed`, `cancelled`, `timed_out`). */
+  statuses?: readonly string[];
+  /** Delete nothing; report the runs that would be deleted in `runIds`. */
+  dryRun?: boolean;
+  /** At most this many runs. */
+  limit?: number;
+}
+
+/** What {@link pruneRuns} removed (or, in a dry run, would remove). */
+export type PrunedRuns = {
+  readonly runs: number;
+  readonly events: number;
+  readonly artifacts: number;
+  readonly bytes: number;
+  /** In a dry run: the runs that would be deleted, oldest first. */
+  readonly runIds?: readonly string[];
+};
+
+function isoTime(name: string, v: unknown): string {
+  if (Object.prototype.toString.call(v) === '[object Date]') {
+    const t = Date.prototype.getTime.call(v);
+    if (Number.isNaN(t)) invalid(name, 'is an invalid Date');
+    return new Date(t).toISOString();
+  }
+  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T/.test(v) || Number.isNaN(Date.parse(v))) {
+    invalid(name, 'must be an ISO time such as 2026-01-31T12:00:00.000Z, or a Date');
+  }
+  return new Date(Date.parse(v)).toISOString();
+}
+
+/**
+ * Delete, as {@link deleteRun} does, the runs that have ended (a terminal status in their
+ * vocabulary) and whose last event was recorded before `endedBefore`, in small batches so that
+ * appends to other runs keep flowing. A running, pending or paused run is never deleted, however
+ * old; nor is one whose lock another owner holds. Run again after an interruption, it finishes.
+ */
+export async function pruneRuns(world: World, opts: PruneRunsOptions): Promise<PrunedRuns> {
+  const handle = nativeOf(world);
+  if (opts === undefined) invalid('endedBefore', 'is required: pruneRuns deletes only the runs that ended before it');
+  const o = options(opts, 'pruneRuns options', ['endedBefore', 'statuses', 'dryRun', 'limit']);
+  if (o.endedBefore === undefined) invalid('endedBefore', 'is required: pruneRuns deletes only the runs that ended before it');
+  const request: Record<string, unknown> = { endedBefore: isoTime('endedBefore', o.endedBefore) };
+  if (o.statuses !== undefined) {
+    if (!Array.isArray(o.statuses) || o.statuses.length === 0 || !o.statuses.every((s) => typeof s === 'string' && s.length > 0)) {
+      invalid('statuses', 'must be a non-empty array of status names');
+    }
+    request.statuses = [...o.statuses];
+  }
+  if (o.dryRun !== undefined) {
+    if (typeof o.dryRun !== 'boolean') invalid('dryRun', 'must be a boolean');
+    request.dryRun = o.dryRun;
+  }
+  if (o.limit !== undefined) {
+    if (typeof o.limit !== 'number' || !Number.isSafeInteger(o.limit) || o.limit < 1) invalid('limit', 'must be a positive integer');
+    request.limit = o.limit;
+  }
+  const text = JSON.stringify(request);
+  return frozen<PrunedRuns>(await call(() => handle.pruneRuns(text)));
+}
+
+/**
+ * Give the space that deleted runs freed back to the operating system. A local world is
+ * rewritten without its free pages (`VACUUM`), and its writers wait meanwhile; a PostgreSQL world
+ * vacuums its tables, and its writers do not wait; a virtual world has nothing to do.
+ */
+export async function compactWorld(world: World): Promise<void> {
+  const handle = nativeOf(world);
+  await call(() => handle.compact());
+}
+
+/**
+ * Copy a local world into `dir` (new, or empty) while it is written: the event store as of one
+ * commit, then the artifacts and outer-loop manifests. The copy opens as a world. A PostgreSQL
+ * world is backed up with `pg_dump` (or `little export`); a virtual world has nothing on disk.
+ */
+export async function backupWorld(world: World, dir: string): Promise<void> {
+  const handle = nativeOf(world);
+  if (typeof dir !== 'string' || dir.length === 0) invalid('dir', 'must be a directory path');
+  await call(() => handle.backup(dir));
+}
