@@ -33,6 +33,17 @@ export async function loadKnownTypes() {
   }
 }
 
+/**
+ * Whether an SSE frame's data is the server's `reset`: the stream's resume point is no longer the
+ * run's history, and the run must be read again from the start. Its data has a code and no
+ * eventId, unlike the envelope of an event whose type is `reset`.
+ */
+export function isReset(data) {
+  let d;
+  try { d = JSON.parse(data); } catch { return false; }
+  return isObj(d) && d.code === 'EVENT_LOG_CORRUPT' && !('eventId' in d);
+}
+
 // SSE parsing for gap fills
 /**
  * Read `/events?after=N` with fetch and parse the SSE frames ourselves. EventSource only

@@ -37,13 +37,32 @@ function select(runId) {
   $('run').hidden = false;
   $('run-title').textContent = runId;
   document.title = `${runId} · little inspector`;
+  show(runId);
+}
+
+/** Show a run from the start: empty panels, and a new view that reads it. */
+function show(runId) {
   resetRunPanels();
   pinSteps(true);
   $('follow').checked = true;
-  current = new RunView(runId);
+  current = new RunView(runId, { onReset: () => reload(runId) });
   renderRuns();
   // The server judges the id: one it refuses (400) is said in the run's error line.
   current.start();
+}
+
+let reloads = 0;
+
+/**
+ * The shown run is no longer the history the page holds (deleted and started again, or a store
+ * that lost commits): drop what is shown and read it again from the start.
+ */
+function reload(runId) {
+  if (!current || current.runId !== runId) return;
+  reloads += 1;
+  current.destroy();
+  hideRunError(false);
+  show(runId);
 }
 
 function resetRunPanels() {
@@ -67,7 +86,7 @@ window.__inspector = {
   set view(_) { /* read-only for tests */ },
   debug() {
     if (!current) return null;
-    return { runId: current.runId, lastContig: current.lastContig, above: [...current.above], held: current.held,
+    return { runId: current.runId, lastContig: current.lastContig, above: [...current.above.keys()], held: current.held, reloads,
       rendered: current.rows.size, stats: { ...current.stats }, types: current.types.size,
       lastResyncReason: current.lastResyncReason || null, live: !!current.es && current.es.readyState === 1 };
   },

@@ -1,5 +1,5 @@
 // The selected run's view: its backlog, the live stream, gap resyncs and the state from /state.
-import { getJson, knownTypes, readSse, runUrl } from './api.js';
+import { getJson, isReset, knownTypes, readSse, runUrl } from './api.js';
 import { renderBars } from './bars.js';
 import { $, el } from './dom.js';
 import { fmtDuration, fmtInt, isObj, num, parseTime } from './format.js';
@@ -24,14 +24,22 @@ function renderState(view, st) {
 /**
  * One run, shown live: holds which sequences it has (contiguous up to `lastContig`, and any past a
  * hole in `above`), keeps the last MAX_ROWS rows in the timeline, and redraws from /state.
+ *
+ * Its streams resume from `<lastContig>:<eventId of that event>`, so the server can tell when the
+ * run is no longer the history shown (deleted and started again, or a store that lost commits):
+ * it then sends `event: reset`, and the view ends itself and calls `onReset`, which shows the run
+ * again from the start. A /state count below what the view held when it asked says the same.
  */
 export class RunView {
-  constructor(runId) {
+  constructor(runId, { onReset } = {}) {
     this.runId = runId;
     this.alive = true;
-    // Which sequences we hold: every s <= lastContig, plus `above` (held, past a hole).
+    this.onReset = onReset;
+    // Which sequences we hold: every s <= lastContig, plus `above` (held, past a hole), each
+    // with its event id.
     this.lastContig = 0;
-    this.above = new Set();
+    this.lastContigId = ''; // the event id at lastContig, once an event there was received
+    this.above = new Map();
     this.maxSeq = 0;
     this.types = new Set(knownTypes);
     // Rendering
@@ -46,6 +54,9 @@ export class RunView {
     // An event of type `error` arrives as a MessageEvent named "error", as the EventSource's own
     // errors do (plain Events, with no data): each goes to its own handler.
     this.onMessage = (e) => { if (e instanceof MessageEvent) this.onSse(e); };
+    // The server's last frame when the stream's resume point is no longer the run's history. An
+    // event whose type is `reset` comes by this name too: its data is an envelope, not a reset.
+    this.onResetEvent = (e) => { if (e instanceof MessageEvent && isReset(e.data)) this.historyChanged('reset'); };
     // State
     this.state = null;
     this.stateCtrl = null;
@@ -81,7 +92,7 @@ export class RunView {
     // events before those are not read (a run of 200,000 took 20 s and 150 MB to show).
     if (count > MAX_ROWS) this.lastContig = this.maxSeq = count - MAX_ROWS;
     if (count > 0) await this.fill(count);
-    if (this.alive) this.openStream(this.lastContig);
+    if (this.alive) this.openStream();
   }
 
   destroy() {
@@ -95,15 +106,37 @@ export class RunView {
 
   get held() { return this.lastContig + this.above.size; }
 
+  /**
+   * Where a stream resumes: `<lastContig>:<its event id>`, as the stream's `id:` lines name an
+   * event, or the bare sequence when no event there was received (nothing yet, or the first
+   * events of a long run, which are not read).
+   */
+  resumePoint() {
+    if (this.lastContig > 0 && this.lastContigId) return `${this.lastContig}:${encodeURIComponent(this.lastContigId)}`;
+    return String(this.lastContig);
+  }
+
+  /**
+   * What this view shows is no longer the run's history: it ends, and `onReset` shows the run
+   * again from the start.
+   */
+  historyChanged(why) {
+    if (!this.alive) return;
+    console.info(`inspector: ${this.runId} changed on the server (${why}); showing it again from the start`);
+    this.destroy();
+    if (this.onReset) this.onReset(why);
+  }
+
   // ---- stream
-  openStream(after) {
+  openStream() {
     this.closeStream();
     if (!this.alive) return;
     this.stats.reopens += 1;
-    const es = new EventSource(`${runUrl(this.runId, 'events')}?after=${after}`);
+    const es = new EventSource(`${runUrl(this.runId, 'events')}?after=${this.resumePoint()}`);
     this.es = es;
     for (const t of this.types) es.addEventListener(t, this.onMessage);
     es.addEventListener('message', this.onMessage); // a server that sends unnamed events
+    es.addEventListener('reset', this.onResetEvent);
     es.onopen = () => {
       if (this.es !== es) return;
       this.esOpenedAt = Date.now();
@@ -149,15 +182,20 @@ export class RunView {
   receive(env) {
     if (!isObj(env)) return false;
     const seq = env.sequence;
-    if (!Number.isSafeInteger(seq) || seq < 1) return false;
+    if (!Number.isSafeInteger(seq) || seq < 1 || typeof env.eventId !== 'string') return false;
     if (typeof env.runId === 'string' && env.runId !== this.runId) return false;
     if (seq <= this.lastContig || this.above.has(seq)) { this.stats.duplicates += 1; return false; }
     if (typeof env.type === 'string') this.learnType(env.type);
     if (seq === this.lastContig + 1) {
       this.lastContig = seq;
-      while (this.above.delete(this.lastContig + 1)) this.lastContig += 1;
+      this.lastContigId = env.eventId;
+      for (let id; (id = this.above.get(this.lastContig + 1)) !== undefined;) {
+        this.above.delete(this.lastContig + 1);
+        this.lastContig += 1;
+        this.lastContigId = id;
+      }
     } else {
-      this.above.add(seq);
+      this.above.set(seq, env.eventId);
     }
     if (seq > this.maxSeq) this.maxSeq = seq;
     this.pending.push(env);
@@ -255,12 +293,18 @@ export class RunView {
     const t0 = Date.now();
     this.lastStateAt = t0;
     const req = ++this.stateReq;
+    // Fewer events than the view held when it asked: the run is no longer the history shown.
+    const heldAtAsk = this.lastContig;
     const ctrl = new AbortController();
     this.stateCtrl = ctrl;
     try {
       const st = await getJson(runUrl(this.runId, 'state'), ctrl.signal);
       if (!this.alive) return null;
       if (!isObj(st)) throw new Error('state is not an object');
+      if (num(st.eventCount) < heldAtAsk) {
+        this.historyChanged('fewer events');
+        return null;
+      }
       // A slow server (a huge run) is asked less often: at most a fifth of its time on /state.
       this.stateInterval = Math.min(5000, Math.max(STATE_MIN_INTERVAL_MS, 4 * (Date.now() - t0)));
       if (req > this.stateDrawn) { // never draw an older answer over a newer one
@@ -282,7 +326,8 @@ export class RunView {
       // 404: the run has no events yet. Its stream waits for the first, and the state is fetched
       // again when it comes.
       if (err.status === 404) {
-        if (this.held === 0) showNoEvents('pending');
+        if (heldAtAsk > 0) this.historyChanged('no events');
+        else if (this.held === 0) showNoEvents('pending');
         return null;
       }
       showRunError(`Could not load state: ${err.message}`, true);
@@ -293,8 +338,13 @@ export class RunView {
     }
   }
 
-  /** The server says `count` events exist (from /state or /api/runs). Catch up if we lag. */
+  /**
+   * The server says `count` events exist (from /state or /api/runs). Catch up if we lag; fewer
+   * than we hold (a run deleted and started again, or an answer read before our last events came)
+   * is checked by the next /state read, which compares with what we held when it asked.
+   */
   noteCount(count) {
+    if (count < this.lastContig) { this.scheduleState(); return; }
     if (!(count > this.lastContig) || this.behindTimer || this.isStuck()) return;
     const target = count;
     this.behindTimer = setTimeout(() => {
@@ -342,7 +392,7 @@ export class RunView {
           if (st) hideRunError(true);
         }
         if (reason === 'reconnect' || !this.es || this.lastContig < target || this.above.size > 0 || reason === 'gap') {
-          this.openStream(this.lastContig);
+          this.openStream();
         }
       } while (this.resyncQueued && this.alive);
     } finally {
@@ -364,8 +414,9 @@ export class RunView {
     }, 250);
     try {
       await readSse(
-        `${runUrl(this.runId, 'events')}?after=${this.lastContig}`,
+        `${runUrl(this.runId, 'events')}?after=${this.resumePoint()}`,
         (type, data) => {
+          if (type === 'reset' && isReset(data)) { this.historyChanged('reset'); return; }
           if (type && type !== 'message') this.learnType(type);
           let env;
           try { env = JSON.parse(data); } catch { return; }

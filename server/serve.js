@@ -6,8 +6,11 @@
 //   GET /api/runs                a page of runs, newest activity first, with event count, status, last
 //                                time, cost: { runs, cursor }; ?status=a,b&limit=N&order=&before=&after=
 //                                filter and order it, ?cursor= (the page before's) gives the next page
-//   GET /api/runs/:id/events     Server-Sent Events: id = sequence, event = type, data = envelope;
-//                                resumes after Last-Event-ID (or ?after=N); a heartbeat comment every 15 s
+//   GET /api/runs/:id/events     Server-Sent Events: id = <sequence>:<eventId>, event = type, data =
+//                                envelope; resumes after Last-Event-ID (or ?after=), either such an id
+//                                or a bare sequence; a heartbeat comment every 15 s. A resume point
+//                                whose event the run no longer holds there ends the stream with an
+//                                `event: reset` (read the run again from the start)
 //   GET /api/runs/:id/state      the materialized state (404 for a run with no events)
 //
 // Nothing here writes to the world, and every run's events, payloads and state can be read: who
@@ -60,6 +63,12 @@ const RUN_READINGS = 2;
 const RUNS_PAGE = 100;
 /** The query parameters of /api/runs, and the queryRuns option each gives. */
 const RUNS_PARAMS = { status: 'status', limit: 'limit', order: 'order', cursor: 'cursor', before: 'lastRecordedBefore', after: 'lastRecordedAfter' };
+
+/**
+ * A resume point of an event stream: `<sequence>:<eventId>`, as each event's `id:` line gives it,
+ * or a bare `<sequence>` (no check of which event is there). Event ids are `evt_` and hex digits.
+ */
+const RESUME_POINT = /^(\d{1,16})(?::([A-Za-z0-9_-]{1,128}))?$/;
 
 /** Thrown for a query parameter of /api/runs that cannot be a queryRuns option: 400. */
 class BadQuery extends Error {}
@@ -366,8 +375,12 @@ async function streamEvents(lib, world, id, req, res, url, open, { heartbeatMs, 
   // An empty Last-Event-ID is no resume point (EventSource never sends one).
   const header = req.headers['last-event-id'] || undefined;
   const resumeFrom = header ?? url.searchParams.get('after') ?? '0';
-  if (!/^\d{1,16}$/.test(String(resumeFrom)) || !Number.isSafeInteger(Number(resumeFrom))) return sendJson(res, 400, { error: 'Last-Event-ID / after must be a sequence number' });
-  const after = Number(resumeFrom);
+  const point = RESUME_POINT.exec(String(resumeFrom));
+  const after = point ? Number(point[1]) : NaN;
+  const afterEventId = point?.[2];
+  if (!Number.isSafeInteger(after) || (afterEventId !== undefined && after === 0)) {
+    return sendJson(res, 400, { error: 'Last-Event-ID / after must be a sequence number, or <sequence>:<eventId> as an id: line gives it' });
+  }
   // Counted and taken at once, before any await: two requests cannot both take the last slot.
   if (req.method !== 'HEAD' && open.size >= maxStreams) {
     return sendJson(res, 503, { error: `${maxStreams} event streams are open, the most this server serves at once: try again later` }, { 'retry-after': '5' });
@@ -401,10 +414,30 @@ async function streamEvents(lib, world, id, req, res, url, open, { heartbeatMs, 
   req.on('close', stop);
   res.on('close', stop);
   try {
-    for await (const e of lib.subscribe(world, id, { afterSequence: after, signal: controller.signal })) {
-      write(`id: ${e.sequence}\nevent: ${e.type}\ndata: ${lib.canonicalize(e)}\n\n`);
+    // With the event id, the subscription first checks that the run still holds that event at
+    // that sequence: a run deleted and started again, or a store that lost commits, does not.
+    const opts = { afterSequence: after, signal: controller.signal };
+    if (afterEventId !== undefined) opts.afterEventId = afterEventId;
+    for await (const e of lib.subscribe(world, id, opts)) {
+      write(`id: ${e.sequence}:${e.eventId}\nevent: ${e.type}\ndata: ${lib.canonicalize(e)}\n\n`);
       if (res.writableNeedDrain && !controller.signal.aborted) await drained(res);
     }
+  } catch (err) {
+    // What the client holds (or resumed from) is no longer the run's history: a last event that
+    // says so, then the end, so that it reads the run again from the start rather than resuming.
+    // Its data is no envelope (it has no eventId): that tells it from an event whose type is
+    // `reset`. The error is known by its code and the event id it names (the package may be
+    // another copy, with classes of its own): a damaged store's own EVENT_LOG_CORRUPT names none,
+    // and a reload would only meet it again, so it ends the stream as any other error does.
+    if (!(err && err.code === 'EVENT_LOG_CORRUPT' && typeof err.details?.eventId === 'string')) throw err;
+    const sequence = typeof err.sequence === 'number' ? err.sequence : after;
+    const reset = {
+      error: `${id}: the event at sequence ${sequence} is no longer the one this stream had reached (the run was deleted and started again, or its store lost commits): read the run again from the start`,
+      code: 'EVENT_LOG_CORRUPT',
+      runId: id,
+      sequence,
+    };
+    if (!res.destroyed) write(`event: reset\ndata: ${JSON.stringify(reset)}\n\n`);
   } finally {
     clearInterval(heartbeat);
     unstall();
