@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `little`: look into a world from the command line.
+// `little`: look into a world from the command line, and prune it.
 //
 //   little events <runId>    one canonical JSON envelope per line (for jq)
 //   little replay <runId>    the materialized state as JSON
@@ -7,15 +7,25 @@
 //   little runs              the runs in the world, one JSON object per line, read a page at a
 //                            time (--status, --before, --after, --order, --limit)
 //   little serve             the inspector page and a read-only API (Server-Sent Events)
+//   little backup --to DIR   copy a local world into a new or empty directory
+//   little delete <runId…>   delete runs and what they own             (changes the world)
+//   little prune             delete the runs that ended before a time  (changes the world)
+//   little compact           give the space deleted runs freed back    (changes the world)
 //
 // Every command takes --data-dir DIR (default ./.little-workflow), or --database-url URL (or
-// LITTLE_DATABASE_URL) and --schema NAME for a PostgreSQL world, and --help.
-// Exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read, or
-// a replay refused; 2 a usage error, including a data directory that holds no world.
+// LITTLE_DATABASE_URL) and --schema NAME for a PostgreSQL world, and --help. All but delete, prune
+// and compact open the world read-only. Those three print what they did as one JSON line, and
+// without --yes (or prune's --dry-run) change nothing, say what they would do and exit 2: they
+// never prompt, so that a script or CI job cannot hang on them.
+// Exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read or
+// changed (a run locked by another process), or a replay refused; 2 a usage error, including a
+// data directory that holds no world, and a change asked for without --yes.
 'use strict';
 
+const { statSync } = require('node:fs');
+const { join, resolve } = require('node:path');
 const { parseArgs } = require('node:util');
-const { WORLD_HELP, WORLD_OPTIONS, UsageError, openWorld } = require('../server/world-args.js');
+const { WORLD_HELP, WORLD_OPTIONS, UsageError, worldTarget, openWorld, openWritableWorld } = require('../server/world-args.js');
 
 const HELP = {
   main: `usage: little <command> [--data-dir DIR | --database-url URL [--schema NAME]] [args]
@@ -29,15 +39,25 @@ commands:
                     (--status, --before, --after, --order, --limit: little runs --help)
   serve             serve the inspector and a read-only API of every run: on loopback only,
                     or with a token (little serve --help)
+  backup --to DIR   copy a local world into a new or empty directory (PostgreSQL: pg_dump)
+
+commands that change the world (each needs --yes, and prints what it did as one JSON line):
+  delete <runId…>   delete runs (or sessions), their events and the artifacts only they use
+  prune             delete the runs that ended before a time (--ended-before 30d; --dry-run
+                    lists them and changes nothing)
+  compact           give the space deleted runs freed back to the operating system
 
 options:
 ${WORLD_HELP}
   -h, --help            show help for a command
 
-little only reads: it opens the world read-only and never changes it.
+events, replay, verify, runs, serve and backup only read: they open the world read-only and
+never change it. delete, prune and compact open it as a writer (a world an earlier version wrote
+is upgraded); without --yes they change nothing, say what they would do and exit 2.
 
-exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read,
-or a replay refused; 2 a usage error, including a data directory that holds no world.`,
+exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read or
+changed (such as a run locked by another process), or a replay refused; 2 a usage error,
+including a data directory that holds no world, and a change asked for without --yes.`,
   events: `usage: little events <runId> [world options]
 
 Prints every committed event of <runId> in sequence order, one canonical JSON envelope per line.`,
@@ -68,6 +88,48 @@ goes.
   --after ISO           only runs whose last event was recorded at or after this time
   --order O             id (the default), newest (by last event, latest first) or oldest
   --limit N             print at most N runs (default: every run)`,
+  backup: `usage: little backup --to DIR [world options]
+
+Copies a local world into DIR, a new or empty directory, while the world may be written: the
+event store as of one commit, then the artifacts and outer-loop manifests. The copy is a world of
+its own (little verify --data-dir DIR checks it). Reads the world read-only and changes nothing
+in it. Prints {"backup":DIR,"runs":N} (N: the runs in the copy). A PostgreSQL world is backed up
+with pg_dump instead.`,
+  delete: `usage: little delete <runId…> --yes [world options]
+
+Changes the world: deletes each run (or session) and everything it owns, its events, index
+entries, catalog row and the artifacts it made that no remaining run refers to. All or nothing
+for each run. Without --yes it deletes nothing, says what it would delete and exits 2.
+Prints one JSON line: {"deleted":[{runId,deleted,events,artifacts,bytes},…],"runs":N,"events":N,
+"artifacts":N,"bytes":N}; a run id the world holds nothing of is listed with deleted:false. A run
+whose lock another process holds is not deleted: the error is printed and little exits 1 (after
+printing what it deleted before it).`,
+  prune: `usage: little prune --ended-before WHEN [--status S,S] [--limit N] (--dry-run | --yes)
+                   [world options]
+
+Changes the world: deletes, as little delete does, the runs that have ended and whose last
+event was recorded before WHEN. A pending, running or paused run is never deleted, however old,
+nor one whose lock another process holds. Interrupted, it finishes when run again.
+
+  --ended-before WHEN   an ISO time (2026-01-31T12:00:00Z, or 2026-01-31 for its midnight UTC),
+                        or an age before now: <n>d, <n>h or <n>m (30d, 12h, 15m; 0d is now)
+  --status S,S          only runs that ended in one of these statuses (completed, failed,
+                        cancelled, timed_out; default: all of them)
+  --limit N             delete at most N runs
+  --dry-run             delete nothing: print the runs it would delete (runIds, oldest first)
+  --yes                 delete them
+
+Prints one JSON line: {"runs":N,"events":N,"artifacts":N,"bytes":N}, and runIds in a dry run.
+Without --yes or --dry-run it deletes nothing, says what it would delete and exits 2. Even a dry
+run opens the world as a writer: a world an earlier version wrote is upgraded.`,
+  compact: `usage: little compact --yes [world options]
+
+Changes the world: gives the space that deleted runs freed back to the operating system. A local
+world's event store is rewritten without its free pages, and its writers wait meanwhile; a
+PostgreSQL world's tables are vacuumed, and its writers do not wait. Without --yes it changes
+nothing, says what it would do and exits 2.
+Prints one JSON line: {"compacted":true}, with, for a local world, bytesBefore and bytesAfter:
+the size of its event store (events.db and its write-ahead log).`,
 };
 
 function out(line) {
@@ -97,6 +159,98 @@ class NoSuchRun extends Error {}
 async function requireRun(lib, world, runId, label) {
   const first = await lib.listEvents(world, runId, { limit: 1 });
   if (first.length === 0) throw new NoSuchRun(`${runId} has no events in ${label} (see little runs)`);
+}
+
+/** Thrown for a change asked for without --yes: exit 2, saying what would change, on stderr. */
+class NeedsYes extends Error {}
+
+/** The commands that change a world: they open it as a writer, and run only with --yes. */
+const CHANGES = new Set(['delete', 'prune', 'compact']);
+
+/** The run ids `little delete` names, each once, in the order given. */
+function deleteIds(lib, positionals) {
+  if (positionals.length === 0) throw new UsageError('a run id is required');
+  for (const id of positionals) runIdArg(lib, [id], true);
+  return [...new Set(positionals)];
+}
+
+/** Milliseconds per unit of a `--ended-before` age. */
+const AGE_UNITS = { d: 86_400_000, h: 3_600_000, m: 60_000 };
+
+/**
+ * The time `--ended-before` names, as an ISO time: an ISO date or time, or an age `<n>d`,
+ * `<n>h` or `<n>m` before `now`. A date that is not in the calendar (2026-02-30) is refused
+ * rather than rolled over.
+ */
+function endedBeforeArg(text, now = Date.now()) {
+  const bad = (why) => new UsageError(`invalid --ended-before ${JSON.stringify(text)}: ${why}`);
+  const age = /^(\d{1,9})([dhm])$/.exec(text);
+  if (age) {
+    const t = new Date(now - Number(age[1]) * AGE_UNITS[age[2]]);
+    // An ISO time has a year of four digits: an age past the year 0 has none.
+    if (Number.isNaN(t.getTime()) || t.getUTCFullYear() < 0) throw bad('that age reaches back before the year 0');
+    return t.toISOString();
+  }
+  const date = /^(\d{4})-(\d{2})-(\d{2})(T.*)?$/.exec(text);
+  const t = date ? Date.parse(text) : NaN;
+  if (Number.isNaN(t)) throw bad('expected an ISO time (2026-01-31T12:00:00Z or 2026-01-31), or an age such as 30d, 12h or 15m');
+  const day = new Date(0);
+  day.setUTCFullYear(Number(date[1]), Number(date[2]) - 1, Number(date[3]));
+  if (day.getUTCMonth() !== Number(date[2]) - 1 || day.getUTCDate() !== Number(date[3])) throw bad('no such day');
+  return new Date(t).toISOString();
+}
+
+/** The pruneRuns options `little prune`'s flags ask for. */
+function pruneOptions(values) {
+  if (values['ended-before'] === undefined) {
+    throw new UsageError('--ended-before is required: prune deletes only the runs that ended before it (an ISO time, or an age such as 30d)');
+  }
+  const opts = { endedBefore: endedBeforeArg(values['ended-before']), dryRun: values['dry-run'] === true };
+  if (values.status !== undefined) {
+    opts.statuses = values.status.split(',').map((s) => s.trim());
+    if (opts.statuses.some((s) => s === '')) throw new UsageError(`invalid --status ${JSON.stringify(values.status)}: expected status names separated by commas (completed,failed)`);
+  }
+  if (values.limit !== undefined) {
+    opts.limit = /^\d{1,15}$/.test(values.limit) ? Number(values.limit) : 0;
+    if (opts.limit < 1) throw new UsageError(`invalid --limit ${JSON.stringify(values.limit)}: expected a positive integer`);
+  }
+  return opts;
+}
+
+/** `a`, `a and b`, `a, b and c`. */
+function listed(items) {
+  return items.length < 2 ? items.join('') : `${items.slice(0, -1).join(', ')} and ${items[items.length - 1]}`;
+}
+
+/** What a command that changes the world would do, said when it is run without --yes. */
+function wouldChange(command, values, positionals, label) {
+  switch (command) {
+    case 'delete': {
+      const ids = [...new Set(positionals)];
+      return `would delete ${listed(ids)} from ${label}, with ${ids.length === 1 ? 'its' : 'their'} events and the artifacts no other run refers to; nothing was changed. Pass --yes to delete ${ids.length === 1 ? 'it' : 'them'}`;
+    }
+    case 'prune': {
+      const o = pruneOptions(values);
+      const which = o.statuses === undefined ? 'that has ended' : `that ended as ${o.statuses.join(' or ')}`;
+      const most = o.limit === undefined ? 'every run' : `at most ${o.limit} run${o.limit === 1 ? '' : 's'}`;
+      return `would delete ${most} in ${label} ${which} and whose last event was recorded before ${o.endedBefore}, with its events and the artifacts no other run refers to; nothing was changed. Pass --dry-run to list them, or --yes to delete them`;
+    }
+    default:
+      return `would rewrite ${label} to give the space deleted runs freed back (a local world's writers wait meanwhile); nothing was changed. Pass --yes to compact it`;
+  }
+}
+
+/** The size in bytes of a local world's event store: events.db and its write-ahead log. */
+function storeBytes(dir) {
+  let bytes = 0;
+  for (const name of ['events.db', 'events.db-wal']) {
+    try {
+      bytes += statSync(join(dir, 'events', name)).size;
+    } catch (err) {
+      if (err.code !== 'ENOENT') throw err;
+    }
+  }
+  return bytes;
 }
 
 /** Runs read per page by `little runs`. */
@@ -129,6 +283,52 @@ function runsOptions(values) {
     if (limit < 1) throw new UsageError(`invalid --limit ${JSON.stringify(values.limit)}: expected a positive integer`);
   }
   return { query, limit };
+}
+
+/** How many runs a world holds, counted a page at a time. */
+async function countRuns(lib, world) {
+  let count = 0;
+  let cursor;
+  for (;;) {
+    const page = await lib.queryRuns(world, { limit: RUNS_PAGE, ...(cursor === undefined ? {} : { cursor }) });
+    count += page.runs.length;
+    if (page.cursor === null) return count;
+    cursor = page.cursor;
+  }
+}
+
+/** The options of each command, besides the world's and --help. */
+const COMMAND_OPTIONS = {
+  verify: { thorough: { type: 'boolean' } },
+  runs: RUNS_OPTIONS,
+  backup: { to: { type: 'string' } },
+  delete: { yes: { type: 'boolean' } },
+  prune: {
+    'ended-before': { type: 'string' },
+    status: { type: 'string' },
+    limit: { type: 'string' },
+    'dry-run': { type: 'boolean' },
+    yes: { type: 'boolean' },
+  },
+  compact: { yes: { type: 'boolean' } },
+};
+
+/**
+ * Judges a command's flags and arguments before the world is opened: a bad one is a usage error
+ * whatever the world, and the world is not touched.
+ */
+function checkArgs(lib, command, values, positionals) {
+  if (command === 'runs') runsOptions(values);
+  if (command === 'prune') {
+    pruneOptions(values);
+    if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
+  }
+  if (command === 'delete') deleteIds(lib, positionals);
+  if (command === 'compact' && positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
+  if (command === 'backup') {
+    if (values.to === undefined || values.to === '') throw new UsageError('--to DIR is required: the new or empty directory to copy the world into');
+    if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
+  }
 }
 
 const COMMANDS = {
@@ -199,6 +399,59 @@ const COMMANDS = {
       cursor = page.cursor;
     }
   },
+  async backup(lib, world, _positionals, values) {
+    const dir = resolve(values.to);
+    await lib.backupWorld(world, dir);
+    // The runs of the copy, which is the world as of one commit.
+    const copy = lib.localWorld({ dataDir: dir, readOnly: true });
+    let runs;
+    try {
+      runs = await countRuns(lib, copy);
+    } finally {
+      await copy.close();
+    }
+    await out(JSON.stringify({ backup: dir, runs }));
+    return 0;
+  },
+  async delete(lib, world, positionals) {
+    const deleted = [];
+    const said = () => {
+      const sum = (k) => deleted.reduce((n, d) => n + d[k], 0);
+      return out(JSON.stringify({ deleted, runs: deleted.filter((d) => d.deleted).length, events: sum('events'), artifacts: sum('artifacts'), bytes: sum('bytes') }));
+    };
+    try {
+      for (const runId of deleteIds(lib, positionals)) deleted.push(await lib.deleteRun(world, runId));
+    } catch (err) {
+      // What was deleted before the failure stays deleted: it is said before the error.
+      if (deleted.length > 0) await said();
+      throw err;
+    }
+    await said();
+    return 0;
+  },
+  async prune(lib, world, _positionals, values) {
+    let result;
+    try {
+      result = await lib.pruneRuns(world, pruneOptions(values));
+    } catch (err) {
+      // A status the core refuses is said as the flag that gave it.
+      if (err && err.code === 'EVENT_VALIDATION') throw new UsageError(String(err.message).replace(/^statuses:/, '--status:').replace(/^endedBefore:/, '--ended-before:'));
+      throw err;
+    }
+    await out(JSON.stringify(result));
+    return 0;
+  },
+  async compact(lib, world, _positionals, _values, _label, target) {
+    if (target.kind !== 'local') {
+      await lib.compactWorld(world);
+      await out(JSON.stringify({ compacted: true }));
+      return 0;
+    }
+    const bytesBefore = storeBytes(target.dir);
+    await lib.compactWorld(world);
+    await out(JSON.stringify({ compacted: true, bytesBefore, bytesAfter: storeBytes(target.dir) }));
+    return 0;
+  },
 };
 
 async function main(argv) {
@@ -219,8 +472,7 @@ async function main(argv) {
       options: {
         ...WORLD_OPTIONS,
         help: { type: 'boolean', short: 'h' },
-        ...(command === 'verify' ? { thorough: { type: 'boolean' } } : {}),
-        ...(command === 'runs' ? RUNS_OPTIONS : {}),
+        ...COMMAND_OPTIONS[command],
       },
       allowPositionals: true,
     });
@@ -231,12 +483,25 @@ async function main(argv) {
     await out(HELP[command]);
     return 0;
   }
-  // Flags are judged before the world is opened: a bad one is a usage error whatever the world.
-  if (command === 'runs') runsOptions(parsed.values);
   const lib = require('..');
-  const { world, label } = openWorld(lib, parsed.values);
+  const { values, positionals } = parsed;
+  checkArgs(lib, command, values, positionals);
+  if (!CHANGES.has(command)) {
+    const { world, label } = openWorld(lib, values);
+    try {
+      return await run(lib, world, positionals, values, label);
+    } finally {
+      await world.close();
+    }
+  }
+  // A change without --yes (a dry run aside) is refused before the world is opened, so that the
+  // refusal cannot change it either, not even by upgrading its schema.
+  if (values.yes !== true && values['dry-run'] !== true) {
+    throw new NeedsYes(`${command}: ${wouldChange(command, values, positionals, worldTarget(values).label)}`);
+  }
+  const { world, label, target } = await openWritableWorld(lib, values);
   try {
-    return await run(lib, world, parsed.positionals, parsed.values, label);
+    return await run(lib, world, positionals, values, label, target);
   } finally {
     await world.close();
   }
@@ -258,6 +523,9 @@ main(process.argv.slice(2)).then(
     if (err instanceof NoSuchRun) {
       process.stderr.write(`little: ${err.message}\n`);
       process.exitCode = 1;
+    } else if (err instanceof NeedsYes) {
+      process.stderr.write(`little ${err.message}\n`);
+      process.exitCode = 2;
     } else if (err instanceof UsageError) {
       process.stderr.write(`little: ${err.message}\n(see little --help)\n`);
       process.exitCode = 2;

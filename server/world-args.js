@@ -4,7 +4,7 @@
 //   --database-url URL    a PostgreSQL world (or the LITTLE_DATABASE_URL environment variable)
 //   --schema NAME         the PostgreSQL world's schema (default little_workflow)
 //
-// The world is always opened read-only.
+// The world is opened read-only, except by the commands that change it (openWritableWorld).
 'use strict';
 
 const { existsSync } = require('node:fs');
@@ -23,25 +23,58 @@ const WORLD_HELP = `  --data-dir DIR        a local world's data directory (defa
 class UsageError extends Error {}
 
 /**
- * Opens the world the parsed options name, read-only. `--database-url` (or LITTLE_DATABASE_URL
+ * The world the parsed options name, not yet opened. `--database-url` (or LITTLE_DATABASE_URL
  * when no --data-dir is given) selects a PostgreSQL world; otherwise the data directory must hold
- * a local world. Returns the world and a label for messages that never holds a password.
+ * a local world. The label, for messages, never holds a password.
  */
-function openWorld(lib, values, env = process.env) {
+function worldTarget(values, env = process.env) {
   const url = values['database-url'] ?? (values['data-dir'] === undefined ? env.LITTLE_DATABASE_URL : undefined);
   if (values['database-url'] !== undefined && values['data-dir'] !== undefined) {
     throw new UsageError('--data-dir and --database-url name two worlds: give one');
   }
   if (url !== undefined && url !== '') {
-    const world = lib.postgresWorld({ connectionString: url, schema: values.schema, readOnly: true });
-    return { world, label: `${describeUrl(url)} schema ${values.schema ?? 'little_workflow'}` };
+    return { kind: 'postgres', url, schema: values.schema, label: `${describeUrl(url)} schema ${values.schema ?? 'little_workflow'}` };
   }
   if (values.schema !== undefined) throw new UsageError('--schema needs --database-url (or LITTLE_DATABASE_URL)');
   const dir = resolve(values['data-dir'] ?? '.little-workflow');
   if (!existsSync(join(dir, 'events', 'events.db'))) {
     throw new UsageError(`no world at ${dir} (use --data-dir or --database-url to point at one)`);
   }
-  return { world: lib.localWorld({ dataDir: dir, readOnly: true }), label: dir };
+  return { kind: 'local', dir, label: dir };
+}
+
+function openTarget(lib, target, readOnly) {
+  return target.kind === 'postgres'
+    ? lib.postgresWorld({ connectionString: target.url, schema: target.schema, readOnly })
+    : lib.localWorld({ dataDir: target.dir, readOnly });
+}
+
+/**
+ * Opens the world the parsed options name, read-only (see worldTarget). Returns the world and a
+ * label for messages.
+ */
+function openWorld(lib, values, env = process.env) {
+  const target = worldTarget(values, env);
+  return { world: openTarget(lib, target, true), label: target.label };
+}
+
+/**
+ * Opens the world the parsed options name as a writer, for the commands that change it; also
+ * returns its target (worldTarget). A PostgreSQL world is first read through a read-only
+ * connection: a writer creates the schema it names when it is absent, and a mistyped --schema
+ * must fail as it does for the read-only commands, not make an empty world.
+ */
+async function openWritableWorld(lib, values, env = process.env) {
+  const target = worldTarget(values, env);
+  if (target.kind === 'postgres') {
+    const probe = openTarget(lib, target, true);
+    try {
+      await lib.queryRuns(probe, { limit: 1 });
+    } finally {
+      await probe.close();
+    }
+  }
+  return { world: openTarget(lib, target, false), label: target.label, target };
 }
 
 /** A connection string with any password left out. */
@@ -58,4 +91,4 @@ function describeUrl(url) {
   return url.replace(/password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)/gi, 'password=…');
 }
 
-module.exports = { WORLD_OPTIONS, WORLD_HELP, UsageError, openWorld, describeUrl };
+module.exports = { WORLD_OPTIONS, WORLD_HELP, UsageError, worldTarget, openWorld, openWritableWorld, describeUrl };
