@@ -438,11 +438,11 @@ describe('little serve', () => {
     const world = track(localWorld({ dataDir: tempDir() }));
     for (let i = 1; i <= 20; i++) await appendEvent(world, 'run_sse', step(i));
     const s = await serve(world, { heartbeatMs: 50 });
-    const received: Array<{ id: string; type: string; seq: number }> = [];
+    const received: Array<{ id: string; type: string; seq: number; eventId: string }> = [];
     const listen = (es: EventSource) => {
       es.addEventListener('StepStarted', (ev) => {
         const env = JSON.parse(ev.data);
-        received.push({ id: ev.lastEventId, type: ev.type, seq: env.sequence });
+        received.push({ id: ev.lastEventId, type: ev.type, seq: env.sequence, eventId: env.eventId });
       });
     };
     try {
@@ -463,7 +463,8 @@ describe('little serve', () => {
       await until(() => received.length >= 60);
       es2.close();
       expect(received.map((r) => r.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
-      expect(received.every((r) => r.id === String(r.seq) && r.type === 'StepStarted')).toBe(true);
+      // Each id names the event: its sequence and its event id.
+      expect(received.every((r) => r.id === `${r.seq}:${r.eventId}` && r.type === 'StepStarted')).toBe(true);
       // Nothing leaks: every stream the clients opened has ended on the server.
       await until(() => s.server.openStreams.size === 0);
     } finally {
