@@ -18,6 +18,7 @@ import {
   queryRuns,
   readArtifact,
   RunLockedError,
+  subscribe,
   verifyWorld,
   virtualWorld,
   WorldPathError,
@@ -66,6 +67,17 @@ describe.each(worldKinds)('deleting and pruning runs on %s', (_name, makeWorld) 
     const [row] = (await queryRuns(world)).runs;
     expect(row).toMatchObject({ runId: 'run_again', eventCount: 1, status: 'pending' });
     expect((await verifyWorld(world)).ok).toBe(true);
+  });
+
+  it('ends a subscription of the run it deletes', async () => {
+    const world = makeWorld();
+    await finished(world, 'run_watched');
+    const sub = subscribe(world, 'run_watched');
+    expect((await sub.next()).value?.sequence).toBe(1);
+    expect((await sub.next()).value?.sequence).toBe(2);
+    const waiting = sub.next();
+    await deleteRun(world, 'run_watched');
+    expect(await waiting).toEqual({ done: true, value: undefined });
   });
 
   it('keeps an artifact another run refers to', async () => {

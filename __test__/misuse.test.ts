@@ -149,10 +149,10 @@ describe('little serve', () => {
       expect(server.openStreams.size).toBe(0);
       // An empty Last-Event-ID is no resume point: ?after= still counts.
       // Until the event after 2 came (an id 2 would have come before it), however long that takes.
-      const sse = await raw(port, 'GET /api/runs/run_r/events?after=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nLast-Event-ID: \r\n\r\n', 30_000, 'id: 3\n');
+      const sse = await raw(port, 'GET /api/runs/run_r/events?after=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nLast-Event-ID: \r\n\r\n', 30_000, 'id: 3:');
       expect(sse).toMatch(/^HTTP\/1\.1 200/);
-      expect(sse).toContain('id: 3\n');
-      expect(sse).not.toContain('id: 2\n');
+      expect(sse).toContain('id: 3:');
+      expect(sse).not.toContain('id: 2:');
     } finally {
       server.closeAllConnections();
       server.close();

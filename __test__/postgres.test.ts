@@ -20,6 +20,7 @@ import {
   materializeRunState,
   postgresWorld,
   readArtifact,
+  RunLockedError,
   subscribe,
   validateEventLogShape,
   verifyWorld,
@@ -502,6 +503,24 @@ describe.runIf(needsPostgres())("postgresWorld at durability 'normal' through a 
     } finally {
       await writer.close();
       await reader.close();
+    }
+  }, 60_000);
+
+  it('keeps a lock taken just before the crash: no second holder runs beside the first', async (t) => {
+    if (cluster === undefined) return t.skip();
+    const holder = normal('crash_lock');
+    const other = normal('crash_lock'); // another host's world
+    try {
+      await appendEvent(holder, 'run_l', step(0));
+      await hold();
+      const lock = await acquireRunLock(holder, 'run_l');
+      await crash();
+      expect(await rejection(acquireRunLock(other, 'run_l'))).toBeInstanceOf(RunLockedError);
+      await lock.release();
+      await (await acquireRunLock(other, 'run_l')).release();
+    } finally {
+      await holder.close();
+      await other.close();
     }
   }, 60_000);
 

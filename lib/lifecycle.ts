@@ -3,7 +3,7 @@
 import { call, checkRunIdType, invalid } from './errors.js';
 import { frozen, options } from './json.js';
 import type { RunLock } from './locks.js';
-import { nativeOf, type World } from './worlds.js';
+import { nativeOf, wakeSubscribers, type World } from './worlds.js';
 
 /** What {@link deleteRun} removed. */
 export type DeletedRun = {
@@ -36,7 +36,10 @@ export async function deleteRun(world: World, runId: string, opts?: { lock?: Run
     if (lock.name !== `run:${runId}`) invalid('lock', `is the lock ${JSON.stringify(lock.name)}, not the lock of ${runId}`);
     token = lock.token;
   }
-  return frozen<DeletedRun>(await call(() => handle.deleteRun(runId, token)));
+  const deleted = frozen<DeletedRun>(await call(() => handle.deleteRun(runId, token)));
+  // Its subscribers here find it gone and end (other processes' find out at their next look).
+  wakeSubscribers(world, runId);
+  return deleted;
 }
 
 /** Options of {@link pruneRuns}. */
@@ -100,7 +103,9 @@ export async function pruneRuns(world: World, opts: PruneRunsOptions): Promise<P
     request.limit = o.limit;
   }
   const text = JSON.stringify(request);
-  return frozen<PrunedRuns>(await call(() => handle.pruneRuns(text)));
+  const pruned = frozen<PrunedRuns>(await call(() => handle.pruneRuns(text)));
+  if (pruned.runs > 0 && request.dryRun !== true) wakeSubscribers(world);
+  return pruned;
 }
 
 /**

@@ -72,12 +72,15 @@ export interface SubscribeOptions {
  *
  * A subscription never joins two histories. A PostgreSQL store can lose commits it had
  * acknowledged (a server that crashed at `durability: 'normal'`, a failover to a replica that had
- * not received them), and then give their sequences to other events. So on a PostgreSQL world
- * each read also reads the event last yielded, and when the store no longer holds it at its
- * sequence, the subscription ends with `EventLogCorruptError` naming the stream (`runId`), the
- * `sequence` and the `eventId` it had yielded: what was yielded from there on is no longer the
- * stream's history, and the stream must be read again. `afterEventId` has the first read make the
- * same check of a position the caller kept, on any kind of world.
+ * not received them), and then give their sequences to other events; and any run can be deleted
+ * and started again under its id. So each read also reads the event last yielded. When the stream
+ * this subscription followed holds no event at all any more, it was deleted, and the
+ * subscription ends. When the store holds
+ * another event at that sequence, or the stream is shorter, the subscription ends with
+ * `EventLogCorruptError` naming the stream (`runId`), the `sequence` and the `eventId` it had
+ * yielded: what was yielded from there on is no longer the stream's history, and the stream must
+ * be read again. `afterEventId` has the first read make the same check of a position the caller
+ * kept.
  */
 export function subscribe(world: World, streamId: string, opts?: SubscribeOptions): AsyncGenerator<EventEnvelope, void, undefined> {
   return new Subscription(world, streamId, opts);
@@ -98,8 +101,13 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
   /** The id of the event at `after`, when the next read is to check that it is still stored. */
   private lastId: string | undefined;
   private checkNext = false;
-  /** Whether the store can forget commits it had acknowledged while this process goes on. */
+  /**
+   * Whether the last event yielded may vanish while this process goes on: a PostgreSQL store can
+   * forget commits it had acknowledged, and any world's run can be deleted. Set for every world.
+   */
   private forgetful = false;
+  /** Whether this subscription has yielded an event. */
+  private yielded = false;
   private signal: AbortSignal | undefined;
   private page: EventEnvelope[] = [];
   /** Whether a page has been read yet (the first read does not wait), and whether the last was full. */
@@ -171,7 +179,7 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
     this.after = after;
     this.lastId = afterEventId;
     this.checkNext = afterEventId !== undefined;
-    this.forgetful = this.world.kind === 'postgres';
+    this.forgetful = true;
     this.signal = signal;
     let set = wakers.get(this.world);
     if (!set) wakers.set(this.world, (set = new Set()));
@@ -227,6 +235,7 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
             return DONE;
           }
           this.after = next.sequence;
+          this.yielded = true;
           if (this.forgetful) {
             this.lastId = next.eventId;
             this.checkNext = true;
@@ -256,6 +265,13 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
         let events = page.events;
         if (check) {
           const stored = events[0];
+          if (stored === undefined && this.yielded && (await this.deleted())) {
+            // The stream this subscription was following was deleted (`deleteRun`): nothing more
+            // of it will come. (A position the caller kept, in a stream since deleted, is refused
+            // below as any other that the store no longer holds.)
+            this.finish();
+            return DONE;
+          }
           if (stored === undefined || stored.sequence !== this.after || stored.eventId !== this.lastId) throw this.forgotten(stored);
           events = events.slice(1);
         }
@@ -270,6 +286,12 @@ class Subscription implements AsyncGenerator<EventEnvelope, void, undefined> {
       this.finish();
       throw err;
     }
+  }
+
+  /** Whether the stream holds no event at all: it was deleted since its last event was yielded. */
+  private async deleted(): Promise<boolean> {
+    const first = await listPacked(nativeOf(this.world), this.streamId, 0, 1, SUBSCRIBE_PAGE_UNITS);
+    return first.events.length === 0;
   }
 
   /** The error ending a subscription whose last event yielded is no longer stored (`stored` is there instead). */

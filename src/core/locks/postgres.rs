@@ -50,6 +50,33 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
+/// Run `statement` in a transaction of its own, committed with `synchronous_commit` on when the
+/// world's commits are relaxed: a lease lost to a crash of the server would let a second holder
+/// run beside the first. One after another, since a statement given as text is prepared first
+/// and would otherwise run after the `COMMIT`.
+async fn durably<T>(
+    db: &Db,
+    client: &tokio_postgres::Client,
+    statement: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> std::result::Result<T, tokio_postgres::Error> {
+    if !db.options.relaxed {
+        return statement.await;
+    }
+    client
+        .batch_execute("BEGIN; SET LOCAL synchronous_commit TO on")
+        .await?;
+    match statement.await {
+        Ok(done) => {
+            client.batch_execute("COMMIT").await?;
+            Ok(done)
+        }
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(e)
+        }
+    }
+}
+
 impl LockStore for PgLocks {
     fn try_take(&self, name: &str, token: &str) -> Result<Attempt> {
         let db = &self.db;
@@ -57,7 +84,7 @@ impl LockStore for PgLocks {
         let taken = db.block_on(async {
             let client = db.pooled().await?;
             let fail = |e: tokio_postgres::Error| db.error("taking a lock", &e);
-            let rows = client
+            let rows = durably(db, &client, client
                 .query(
                     &format!(
                         "INSERT INTO {t} AS l (name, owner, fence, expires_at, holder_pid, holder_host, taken_at) \
@@ -71,7 +98,7 @@ impl LockStore for PgLocks {
                         t = db.table("leases")
                     ),
                     &[&name, &token, &(lease as f64), &(std::process::id() as i32), &host_name()],
-                )
+                ))
                 .await
                 .map_err(fail)?;
             if let Some(row) = rows.first() {
@@ -127,7 +154,7 @@ impl LockStore for PgLocks {
                     }
                     let renewed = async {
                         let client = db2.pooled().await.ok()?;
-                        client
+                        durably(&db2, &client, client
                             .query(
                                 &format!(
                                     "UPDATE {} SET expires_at = statement_timestamp() + $4 * interval '1 millisecond' \
@@ -136,7 +163,7 @@ impl LockStore for PgLocks {
                                     db2.table("leases")
                                 ),
                                 &[&name2, &token2, &fence, &(lease as f64)],
-                            )
+                            ))
                             .await
                             .ok()
                             .map(|rows| !rows.is_empty())
@@ -157,14 +184,14 @@ impl LockStore for PgLocks {
         db.block_on(async {
             let client = db.pooled().await?;
             let fail = |e: tokio_postgres::Error| db.error("letting go of a lock", &e);
-            let released = client
+            let released = durably(db, &client, client
                 .query(
                     &format!(
                         "UPDATE {} SET owner = NULL, expires_at = statement_timestamp() WHERE name = $1 AND owner = $2 RETURNING 1",
                         db.table("leases")
                     ),
                     &[&name, &token],
-                )
+                ))
                 .await
                 .map_err(fail)?;
             if !released.is_empty() {

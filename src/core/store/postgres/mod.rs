@@ -596,12 +596,23 @@ impl PgWriter {
             // Committed or not, as the server says; this connection is gone either way.
             (_, Err(e)) | (Err(e), _) => e,
         };
-        Self::lost_commit(db, xid, &lost).await.map_err(NotCommitted::Failed)
+        let probe = w.events.0.first().map(|run| (*run, w.events.1[0], w.events.2[0]));
+        Self::lost_commit(db, xid, probe, &lost)
+            .await
+            .map_err(NotCommitted::Failed)
     }
 
     /// The outcome of a group whose connection went while its `COMMIT` may have reached the
     /// server: asked of the server by the transaction's id, where that came back.
-    async fn lost_commit(db: &Db, xid: Option<String>, e: &tokio_postgres::Error) -> Result<()> {
+    /// A transaction id the server says committed is checked against one of the group's rows
+    /// (`probe`: stream, sequence, event id): after a crash of the server at `synchronous_commit`
+    /// off, ids are handed out again, and the id may name another transaction.
+    async fn lost_commit(
+        db: &Db,
+        xid: Option<String>,
+        probe: Option<(&str, i64, &str)>,
+        e: &tokio_postgres::Error,
+    ) -> Result<()> {
         let unknown = || WorldError::Database {
             context: "committing".into(),
             server: Box::new(db.server.clone()),
@@ -620,7 +631,21 @@ impl PgWriter {
                 .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid])
                 .await
                 .ok()?;
-            row.try_get::<_, Option<String>>(0).ok().flatten()
+            let status = row.try_get::<_, Option<String>>(0).ok().flatten()?;
+            let Some((run, sequence, event_id)) = probe.filter(|_| status == "committed") else {
+                return Some(status);
+            };
+            let found = client
+                .query_opt(
+                    &format!(
+                        "SELECT 1 FROM {} WHERE run_id = $1 AND sequence = $2 AND event_id = $3",
+                        db.table("events")
+                    ),
+                    &[&run, &sequence, &event_id],
+                )
+                .await
+                .ok()?;
+            Some(if found.is_some() { status } else { "aborted".to_string() })
         }
         .await;
         match status.as_deref() {

@@ -24,6 +24,9 @@ const CHANGES_LISTED: i64 = 100_000;
 pub struct PgReader {
     db: Arc<Db>,
     listener: OnceLock<Arc<Listener>>,
+    /// When the server last started, as the feed of changes last saw it: a restart may have lost
+    /// commits and handed their transaction ids out again (see [`LogReader::changes`]).
+    started: std::sync::Mutex<Option<String>>,
 }
 
 impl PgReader {
@@ -31,6 +34,7 @@ impl PgReader {
         PgReader {
             db,
             listener: OnceLock::new(),
+            started: std::sync::Mutex::new(None),
         }
     }
 
@@ -342,7 +346,8 @@ impl LogReader for PgReader {
         let rows = self.query(
             "looking for new events",
             &format!(
-                "SELECT s.bound::text, e.run_id FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS bound) s \
+                "SELECT s.bound::text, e.run_id, s.started FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS bound, \
+                 pg_postmaster_start_time()::text AS started) s \
                  LEFT JOIN LATERAL (SELECT DISTINCT run_id FROM {} WHERE $1::int8 >= 0 AND xid > ($1::int8)::text::xid8 \
                  AND xid < s.bound LIMIT {}) e ON true",
                 self.db.table("events"),
@@ -365,8 +370,18 @@ impl LogReader for PgReader {
             .iter()
             .filter_map(|row| row.try_get::<_, Option<String>>(1).ok().flatten())
             .collect();
+        // A server that started again since the last look may have lost commits a reader saw,
+        // and its transaction ids start again below the mark: anything may have changed.
+        let started: Option<String> = rows.first().and_then(|row| row.try_get(2).ok());
+        let restarted = {
+            let mut seen = self.started.lock().unwrap_or_else(|p| p.into_inner());
+            let restarted = seen.is_some() && *seen != started;
+            *seen = started;
+            restarted
+        };
         let streams = match since {
             None => Some(Vec::new()),
+            Some(_) if restarted => None,
             Some(_) if streams.len() as i64 > CHANGES_LISTED => None,
             Some(_) => Some(streams),
         };
