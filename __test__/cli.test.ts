@@ -304,19 +304,19 @@ describe('little', () => {
     expect(refused.stderr).toMatch(/^little prune: would delete every run in .* that has ended .*nothing was changed\. Pass --dry-run to list them, or --yes/);
     expect(runIds()).toEqual(all);
 
-    expect(prune('--ended-before', '0d', '--dry-run')).toEqual({ runs: 3, events: 6, artifacts: 0, bytes: 0, runIds: ['run_done1', 'run_done2', 'run_failed'] });
+    expect(prune('--ended-before', '0d', '--dry-run')).toEqual({ runs: 3, events: 6, artifacts: 0, bytes: 0, skipped: 0, runIds: ['run_done1', 'run_done2', 'run_failed'] });
     expect(prune('--ended-before', '0h', '--dry-run', '--status', 'failed').runIds).toEqual(['run_failed']);
     expect(prune('--ended-before', '0m', '--dry-run', '--limit', '1').runIds).toEqual(['run_done1']);
     expect(runIds()).toEqual(all);
 
     // They ended moments ago: not a day, nor an hour, before now, nor before 2000.
-    for (const when of ['1d', '1h', '2000-01-01T00:00:00Z', '2000-01-01']) expect(prune('--ended-before', when, '--yes'), when).toEqual({ runs: 0, events: 0, artifacts: 0, bytes: 0 });
+    for (const when of ['1d', '1h', '2000-01-01T00:00:00Z', '2000-01-01']) expect(prune('--ended-before', when, '--yes'), when).toEqual({ runs: 0, events: 0, artifacts: 0, bytes: 0, skipped: 0 });
     expect(runIds()).toEqual(all);
 
-    expect(prune('--ended-before', '0d', '--status', 'failed', '--yes')).toEqual({ runs: 1, events: 2, artifacts: 0, bytes: 0 });
+    expect(prune('--ended-before', '0d', '--status', 'failed', '--yes')).toEqual({ runs: 1, events: 2, artifacts: 0, bytes: 0, skipped: 0 });
     expect(runIds()).toEqual(['run_done1', 'run_done2', 'run_going']);
     // A running run is never pruned, however late the time.
-    expect(prune('--ended-before', '2999-01-01T00:00:00.000Z', '--yes')).toEqual({ runs: 2, events: 4, artifacts: 0, bytes: 0 });
+    expect(prune('--ended-before', '2999-01-01T00:00:00.000Z', '--yes')).toEqual({ runs: 2, events: 4, artifacts: 0, bytes: 0, skipped: 0 });
     expect(runIds()).toEqual(['run_going']);
     expect(little('verify', '--data-dir', dataDir).code).toBe(0);
   });
@@ -347,6 +347,11 @@ describe('little', () => {
       }
     }
     // Refused before the world was opened: an older world keeps its schema.
+    expect(schemaVersion(dataDir)).toBe(2);
+    // A dry run reads the world read-only: it lists the ended runs and upgrades nothing.
+    const dry = little('prune', '--data-dir', dataDir, '--ended-before', '0d', '--dry-run');
+    expect(dry.code, dry.stderr).toBe(0);
+    expect(JSON.parse(dry.stdout).skipped).toBe(0);
     expect(schemaVersion(dataDir)).toBe(2);
     // Which statuses a run ends in, the core judges; its refusal is said as the flag.
     const running = little('prune', '--data-dir', dataDir, '--ended-before', '0d', '--status', 'running', '--yes');
@@ -438,12 +443,12 @@ describe('little', () => {
       expect(refused.stderr).toContain(`schema ${schema}`);
       const dry = pg('prune', '--ended-before', '0d', '--dry-run');
       expect(dry.code, dry.stderr).toBe(0);
-      expect(JSON.parse(dry.stdout)).toEqual({ runs: 3, events: 6, artifacts: 0, bytes: 0, runIds: ['run_done1', 'run_done2', 'run_failed'] });
+      expect(JSON.parse(dry.stdout)).toEqual({ runs: 3, events: 6, artifacts: 0, bytes: 0, skipped: 0, runIds: ['run_done1', 'run_done2', 'run_failed'] });
       expect(runIds()).toEqual(['run_done1', 'run_done2', 'run_failed', 'run_going']);
       const iso = new Date(Date.now() + 1000).toISOString();
       const done = pg('prune', '--ended-before', iso, '--status', 'completed', '--yes');
       expect(done.code, done.stderr).toBe(0);
-      expect(JSON.parse(done.stdout)).toEqual({ runs: 2, events: 4, artifacts: 0, bytes: 0 });
+      expect(JSON.parse(done.stdout)).toEqual({ runs: 2, events: 4, artifacts: 0, bytes: 0, skipped: 0 });
       expect(runIds()).toEqual(['run_failed', 'run_going']);
 
       const del = pg('delete', 'run_going', '--yes');

@@ -1,4 +1,5 @@
 // Deleting runs, pruning the ended ones, compacting and backing up, on every world kind.
+import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -25,7 +26,7 @@ import {
   writeArtifact,
   type World,
 } from '../world';
-import { freshSchema, needsPostgres, postgresUrl, rejection, tempDir, track, worldKinds } from './helpers';
+import { freshSchema, needsPostgres, packageRoot, postgresUrl, rejection, tempDir, track, worldKinds } from './helpers';
 import { postgresWorld } from '../world';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -98,8 +99,8 @@ describe.each(worldKinds)('deleting and pruning runs on %s', (_name, makeWorld) 
     const lock = await acquireRunLock(world, 'run_locked');
     expect(await rejection(deleteRun(world, 'run_locked'))).toBeInstanceOf(RunLockedError);
     expect((await listEvents(world, 'run_locked')).length).toBe(2);
-    // A prune leaves it for later.
-    expect((await pruneRuns(world, { endedBefore: new Date(Date.now() + 60_000) })).runs).toBe(0);
+    // A prune leaves it for later, and says so.
+    expect(await pruneRuns(world, { endedBefore: new Date(Date.now() + 60_000) })).toMatchObject({ runs: 0, skipped: 1 });
     expect(await rejection(deleteRun(world, 'run_locked', { lock: { ...lock, name: 'run:run_other' } }))).toBeInstanceOf(EventValidationError);
     expect((await deleteRun(world, 'run_locked', { lock })).deleted).toBe(true);
     await lock.release();
@@ -117,10 +118,10 @@ describe.each(worldKinds)('deleting and pruning runs on %s', (_name, makeWorld) 
     await sleep(5);
     await finished(world, 'run_new_done');
     const dry = await pruneRuns(world, { endedBefore: cut, dryRun: true });
-    expect(dry).toEqual({ runs: 2, events: 4, artifacts: 0, bytes: 0, runIds: ['run_old_done', 'run_old_failed'] });
+    expect(dry).toEqual({ runs: 2, events: 4, artifacts: 0, bytes: 0, skipped: 0, runIds: ['run_old_done', 'run_old_failed'] });
     expect((await listRuns(world)).length).toBe(5);
-    expect(await pruneRuns(world, { endedBefore: cut, statuses: ['failed'] })).toEqual({ runs: 1, events: 2, artifacts: 0, bytes: 0 });
-    expect(await pruneRuns(world, { endedBefore: cut.toISOString(), limit: 5 })).toEqual({ runs: 1, events: 2, artifacts: 0, bytes: 0 });
+    expect(await pruneRuns(world, { endedBefore: cut, statuses: ['failed'] })).toEqual({ runs: 1, events: 2, artifacts: 0, bytes: 0, skipped: 0 });
+    expect(await pruneRuns(world, { endedBefore: cut.toISOString(), limit: 5 })).toEqual({ runs: 1, events: 2, artifacts: 0, bytes: 0, skipped: 0 });
     expect((await listRuns(world)).map((r) => r.runId)).toEqual(['run_new_done', 'run_old_pending', 'run_old_running']);
     // However old, a run that has not ended stays.
     expect((await pruneRuns(world, { endedBefore: new Date(Date.now() + 60_000) })).runs).toBe(1);
@@ -238,4 +239,95 @@ describe('a run deleted by another process', () => {
     expect((await listEvents(b, 'run_shared')).map((e) => [e.sequence, e.payload])).toEqual([[1, { n: 3 }]]);
     expect((await verifyWorld(b)).ok).toBe(true);
   });
+});
+
+/** Start a child that prunes `where`, and SIGKILL it `afterMs` after it began (or let it finish). */
+async function pruneKilled(where: string, afterMs: number): Promise<{ finished: boolean }> {
+  const child = spawn(process.execPath, [join(__dirname, 'fixtures', 'prune-child.cjs'), where], { cwd: packageRoot, env: process.env });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (err += d));
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  const started = Date.now();
+  while (!out.includes('pruning') && Date.now() - started < 20_000 && child.exitCode === null) await sleep(2);
+  await sleep(afterMs);
+  child.kill('SIGKILL');
+  await exited;
+  if (err) throw new Error(`the pruning process failed: ${err}`);
+  return { finished: out.includes('done') };
+}
+
+describe('a prune killed at any moment', () => {
+  const targets: Array<[string, () => { where: string; open: () => World }]> = [
+    [
+      'localWorld',
+      () => {
+        const dataDir = tempDir();
+        return { where: dataDir, open: () => localWorld({ dataDir }) };
+      },
+    ],
+  ];
+  if (needsPostgres()) {
+    targets.push([
+      'postgresWorld',
+      () => {
+        const schema = freshSchema();
+        return { where: `pg:${schema}`, open: () => postgresWorld({ connectionString: postgresUrl()!, schema }) };
+      },
+    ]);
+  }
+  it.each(targets)('leaves each run whole or gone, verify ok, and finishes when run again (%s)', async (_kind, target) => {
+    const { where, open } = target();
+    let world = open();
+    const RUNS = 600;
+    const made: string[] = [];
+    const batch: Promise<unknown>[] = [];
+    for (let i = 0; i < RUNS; i++) {
+      const runId = `run_${String(i).padStart(4, '0')}`;
+      batch.push(
+        (async () => {
+          const payload: Record<string, unknown> = { i };
+          if (i % 10 === 0) {
+            const art = await writeArtifact(world, { runId, stepPath: 's', name: 'a', contentType: 'text/plain', encoding: 'utf8', payload: `artifact ${i}` });
+            payload.a = art.artifactRef;
+            made.push(art.artifactId);
+          }
+          await appendEvent(world, runId, { type: 'RunStarted', payload });
+          await appendEvent(world, runId, { type: 'note', payload: { i } });
+          await appendEvent(world, runId, { type: 'RunCompleted', payload: {} });
+        })(),
+      );
+    }
+    await Promise.all(batch);
+    // One run still going, which no prune deletes.
+    await appendEvent(world, 'run_going', { type: 'RunStarted', payload: {} });
+    await world.close();
+    let finished = false;
+    for (const afterMs of [5, 40, 120]) {
+      ({ finished } = await pruneKilled(where, afterMs));
+      world = open();
+      try {
+        expect((await verifyWorld(world)).problems).toEqual([]);
+        for (const run of await listRuns(world)) {
+          const events = await listEvents(world, run.runId);
+          expect(events.length, run.runId).toBe(run.runId === 'run_going' ? 1 : 3);
+        }
+      } finally {
+        await world.close();
+      }
+      if (finished) break;
+    }
+    world = track(open());
+    // A run whose lock the killed process held is left (and counted) until that lock is free.
+    for (let tries = 0; ; tries++) {
+      const r = await pruneRuns(world, { endedBefore: new Date(Date.now() + 3_600_000) });
+      if (r.skipped === 0 || tries > 60) break;
+      await sleep(500);
+    }
+    expect((await listRuns(world)).map((r) => r.runId)).toEqual(['run_going']);
+    // Every artifact the pruned runs made is gone with them, however the kills fell.
+    for (const id of made) expect(await rejection(readArtifact(world, id))).toBeInstanceOf(ArtifactNotFoundError);
+    expect((await verifyWorld(world)).ok).toBe(true);
+  }, 120_000);
 });

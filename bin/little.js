@@ -120,8 +120,8 @@ nor one whose lock another process holds. Interrupted, it finishes when run agai
   --yes                 delete them
 
 Prints one JSON line: {"runs":N,"events":N,"artifacts":N,"bytes":N}, and runIds in a dry run.
-Without --yes or --dry-run it deletes nothing, says what it would delete and exits 2. Even a dry
-run opens the world as a writer: a world an earlier version wrote is upgraded.`,
+Without --yes or --dry-run it deletes nothing, says what it would delete and exits 2. A dry run
+opens the world read-only, as the commands that only look do.`,
   compact: `usage: little compact --yes [world options]
 
 Changes the world: gives the space that deleted runs freed back to the operating system. A local
@@ -494,8 +494,17 @@ async function main(argv) {
       await world.close();
     }
   }
-  // A change without --yes (a dry run aside) is refused before the world is opened, so that the
-  // refusal cannot change it either, not even by upgrading its schema.
+  // A dry run changes nothing: the world is opened read-only, as for the commands that only look.
+  if (values['dry-run'] === true && values.yes !== true) {
+    const { world, label } = openWorld(lib, values);
+    try {
+      return await run(lib, world, positionals, values, label);
+    } finally {
+      await world.close();
+    }
+  }
+  // A change without --yes is refused before the world is opened, so that the refusal cannot
+  // change it either, not even by upgrading its schema.
   if (values.yes !== true && values['dry-run'] !== true) {
     throw new NeedsYes(`${command}: ${wouldChange(command, values, positionals, worldTarget(values).label)}`);
   }

@@ -60,6 +60,8 @@ export type PrunedRuns = {
   readonly events: number;
   readonly artifacts: number;
   readonly bytes: number;
+  /** Runs left because another owner held their locks (a later prune deletes them). */
+  readonly skipped: number;
   /** In a dry run: the runs that would be deleted, oldest first. */
   readonly runIds?: readonly string[];
 };

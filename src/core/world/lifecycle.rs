@@ -27,13 +27,15 @@ use std::time::Duration;
 /// most one such transaction.
 const PRUNE_BATCH: u64 = 200;
 
-/// What a deletion or a prune removed.
+/// What a deletion or a prune removed, and the runs a prune left because another owner held
+/// their locks.
 #[derive(Debug, Default, serde::Serialize)]
 struct Removed {
     runs: u64,
     events: u64,
     artifacts: u64,
     bytes: u64,
+    skipped: u64,
 }
 
 /// A prune's options, as the caller gives them (JSON from the binding).
@@ -58,8 +60,12 @@ struct Parts {
 
 impl World {
     fn lifecycle_parts(&self, what: &str) -> Result<Parts> {
-        self.ensure_open()?;
         self.ensure_writable(what)?;
+        self.parts()
+    }
+
+    fn parts(&self) -> Result<Parts> {
+        self.ensure_open()?;
         Ok(Parts {
             writer: self.inner.writer.clone(),
             reader: self.inner.reader.clone(),
@@ -105,8 +111,9 @@ impl World {
     }
 
     /// Delete the runs that ended before a time, in batches (see [`PRUNE_BATCH`]); completes with
-    /// `{ runs, events, artifacts, bytes, runIds? }` (`runIds` for a dry run, which deletes
-    /// nothing). A run whose lock another owner holds is left for a later prune.
+    /// `{ runs, events, artifacts, bytes, skipped, runIds? }` (`runIds` for a dry run, which
+    /// deletes nothing). A run whose lock another owner holds is left for a later prune, and
+    /// counted in `skipped`.
     pub fn prune_runs(&self, ticket: Ticket, request: &str) -> Result<()> {
         let req: PruneRequest = serde_json::from_str(request)
             .map_err(|e| WorldError::validation("pruneRuns options", format!("are not valid: {e}")))?;
@@ -147,7 +154,12 @@ impl World {
             }
             other => other,
         })?;
-        let parts = self.lifecycle_parts("pruning runs")?;
+        // A dry run changes nothing, so a world opened read-only answers it too.
+        let parts = if dry_run {
+            self.parts()?
+        } else {
+            self.lifecycle_parts("pruning runs")?
+        };
         self.run(ticket, move || {
             let mut total = Removed::default();
             let mut ids: Vec<String> = Vec::new();
@@ -181,7 +193,7 @@ impl World {
                     for run in &batch {
                         match parts.locks.acquire(&run_lock_name(run), Duration::ZERO) {
                             Ok(h) => held.push((run.to_string(), h)),
-                            Err(e) if e.code() == "RUN_LOCKED" => {}
+                            Err(e) if e.code() == "RUN_LOCKED" => total.skipped += 1,
                             Err(e) => return Err(e),
                         }
                     }
