@@ -1,17 +1,23 @@
-// `node bench/lifecycle.mjs [--runs N] [--list]`: the runs catalog on a local world of N finished
-// runs (two events each, default 1,000,000): the first `queryRuns` page of 100 (newest first),
-// the first page of one status, a page deep in the listing (reached by its cursor), and, with
-// `--list`, `listRuns` of every run for comparison. Prints medians of 5 (and the first call, which
-// folds the page's runs for their cost) and the peak RSS.
-// Asserts nothing.
+// `node bench/lifecycle.mjs [--runs N] [--list] [--prune]`: a local world of N finished runs (two
+// events each, default 1,000,000) at durability `normal`:
+// - the runs catalog: the first `queryRuns` page of 100 (newest first), the first page of one
+//   status, a page deep in the listing (reached by its cursor), and, with `--list`, `listRuns` of
+//   every run for comparison; medians of 5 (and the first call, which folds the page's runs for
+//   their cost);
+// - with `--prune`: `backupWorld` of the whole world, then `pruneRuns` of every run while another
+//   caller appends to other runs one awaited append at a time: the prune's runs and events per
+//   second, and those appends' latencies (p50, p99, max).
+// Prints the peak RSS. Asserts nothing.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { appendEvent, listRuns, localWorld, queryRuns } from '@little-workflow/world';
+import { appendEvent, backupWorld, listRuns, localWorld, pruneRuns, queryRuns } from '@little-workflow/world';
 import { machine, median } from './lib.mjs';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000000' }, list: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: { runs: { type: 'string', default: '1000000' }, list: { type: 'boolean', default: false }, prune: { type: 'boolean', default: false } },
+});
 const runs = Number(values.runs);
 const dataDir = mkdtempSync(join(tmpdir(), 'little-lifecycle-'));
 
@@ -64,6 +70,37 @@ try {
     console.log(`listRuns / first page: ${(all / first).toFixed(0)}x`);
   }
   for (const [name, ms] of rows) console.log(`${name.padEnd(48)} ${ms.toFixed(2).padStart(10)} ms`);
+  if (values.prune) {
+    const to = join(dataDir, '..', `${dataDir.split('/').at(-1)}-backup`);
+    let t = performance.now();
+    await backupWorld(world, to);
+    console.log(`backupWorld of ${runs.toLocaleString('en-US')} runs: ${((performance.now() - t) / 1000).toFixed(2)} s`);
+    rmSync(to, { recursive: true, force: true });
+    // Appends to other runs, one awaited at a time, for as long as the prune runs.
+    let pruning = true;
+    const latencies = [];
+    const appender = (async () => {
+      for (let i = 0; pruning; i++) {
+        const a = performance.now();
+        await appendEvent(world, `run_live_${i % 100}`, { type: 'StepStarted', payload: { stepPath: `s/${i}` } });
+        latencies.push(performance.now() - a);
+      }
+    })();
+    t = performance.now();
+    const pruned = await pruneRuns(world, { endedBefore: new Date(Date.now() + 60_000) });
+    const pruneS = (performance.now() - t) / 1000;
+    pruning = false;
+    await appender;
+    latencies.sort((a, b) => a - b);
+    const at = (q) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))];
+    console.log(
+      `pruneRuns: ${pruned.runs.toLocaleString('en-US')} runs, ${pruned.events.toLocaleString('en-US')} events in ${pruneS.toFixed(1)} s: ` +
+        `${Math.round(pruned.runs / pruneS).toLocaleString('en-US')} runs/s, ${Math.round(pruned.events / pruneS).toLocaleString('en-US')} events/s`,
+    );
+    console.log(
+      `appends to other runs meanwhile: ${latencies.length.toLocaleString('en-US')}, p50 ${at(0.5).toFixed(2)} ms, p99 ${at(0.99).toFixed(2)} ms, max ${latencies.at(-1).toFixed(2)} ms`,
+    );
+  }
   console.log(`peak RSS ${(process.resourceUsage().maxRSS / 1024).toFixed(0)} MB`);
   await world.close();
 } finally {

@@ -45,7 +45,10 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime> {
 pub struct Options {
     pub connection_string: String,
     pub schema: String,
-    /// `synchronous_commit` off: a commit returns before the server has flushed it.
+    /// `synchronous_commit` off (`durability: 'normal'`): a commit returns once its WAL is in the
+    /// server's buffers, before it is written out (within three times `wal_writer_delay`, 200 ms by
+    /// default); a crash of the server may lose the commits of that window, and their sequences
+    /// then go to other events. Leases and migrations commit with it on all the same.
     pub relaxed: bool,
     /// How long a lock holder's lease lasts without renewal.
     pub lease: Duration,

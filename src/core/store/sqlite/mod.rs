@@ -36,9 +36,11 @@ use std::path::Path;
 /// How durable a commit is when its append resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// `synchronous=FULL`: the WAL is fsynced at every commit (one fsync per group of appends).
+    /// `synchronous=FULL`: the WAL is fsynced at every commit (one fsync per group of appends), so
+    /// no crash loses a commit that returned.
     Full,
-    /// `synchronous=NORMAL`: survives a process crash; the last commits may be lost on power loss.
+    /// `synchronous=NORMAL`: a commit returns before the WAL is fsynced; a crash of the process
+    /// loses nothing, a power loss or a crash of the kernel may lose the last commits.
     Normal,
 }
 
