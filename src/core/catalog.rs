@@ -127,15 +127,7 @@ pub fn status_change(stream_id: &str, event_type: &str, payload: &Map<String, Va
                 Touch
             }
         }
-        "StepStarted"
-        | "StepCompleted"
-        | "StepFailed"
-        | "ParallelGroupStarted"
-        | "ParallelGroupCompleted"
-        | "ParallelGroupFailed"
-        | "ParallelBranchScheduled"
-        | "ParallelBranchCompleted"
-        | "ParallelBranchFailed" => {
+        t if STEP_TYPES.contains(&t) => {
             if payload.get("stepPath").is_some_and(Value::is_string) {
                 Touch
             } else {
@@ -152,37 +144,39 @@ pub fn status_change(stream_id: &str, event_type: &str, payload: &Map<String, Va
     }
 }
 
-/// Whether the change of status an event of `event_type` makes depends on its payload.
-pub fn reads_payload(event_type: &str) -> bool {
-    matches!(
-        event_type,
-        "OuterLoopCycleCompleted"
-            | "StepStarted"
-            | "StepCompleted"
-            | "StepFailed"
-            | "ParallelGroupStarted"
-            | "ParallelGroupCompleted"
-            | "ParallelGroupFailed"
-            | "ParallelBranchScheduled"
-            | "ParallelBranchCompleted"
-            | "ParallelBranchFailed"
-    )
+/// The step events, which move a pending run to running when they name a `stepPath`.
+const STEP_TYPES: &[&str] = &[
+    "StepStarted",
+    "StepCompleted",
+    "StepFailed",
+    "ParallelGroupStarted",
+    "ParallelGroupCompleted",
+    "ParallelGroupFailed",
+    "ParallelBranchScheduled",
+    "ParallelBranchCompleted",
+    "ParallelBranchFailed",
+];
+
+/// [`status_change`] of a stored row, `envelope` its canonical JSON: the payload is parsed only
+/// for the types whose change depends on it (a step event's `stepPath`, an outer-loop cycle's
+/// `supervise.kind`). What the upgrades and `little verify` work a stream's status out with.
+pub fn stored_status_change(stream_id: &str, event_type: &str, envelope: &str) -> StatusChange {
+    let reads_payload = event_type == "OuterLoopCycleCompleted" || STEP_TYPES.contains(&event_type);
+    let payload = match crate::core::canonical::parse_around(envelope, 1) {
+        _ if !reads_payload => Map::new(),
+        Ok(Value::Object(mut e)) => match e.remove("payload") {
+            Some(Value::Object(p)) => p,
+            _ => Map::new(),
+        },
+        _ => Map::new(),
+    };
+    status_change(stream_id, event_type, &payload)
 }
 
 /// Whether `event_type` is a run event this build knows (whose stream then follows the run-event
 /// fold).
 pub fn is_run_event(event_type: &str) -> bool {
     event_type.contains(':') && crate::core::run_events::is_known_type(event_type)
-}
-
-/// The status a stream's events give, in order: `(type, payload)` each. What `little verify`
-/// checks a catalog row against.
-pub fn status_of<'a>(stream_id: &str, events: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>)>) -> String {
-    let mut status = initial_status(stream_id);
-    for (t, payload) in events {
-        status = status_change(stream_id, t, payload).apply(status);
-    }
-    status.to_string()
 }
 
 /// One inserted row's part in its stream's catalog row.

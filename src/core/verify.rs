@@ -16,7 +16,7 @@ use crate::core::events::shape;
 use crate::core::materialize::{pricing::Pricing, snapshot, Fold};
 use crate::core::store::{LogReader, RowRef};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// One thing verify found wrong.
@@ -229,23 +229,12 @@ impl<'s> Catalogued<'s> {
     }
 
     fn push(&mut self, row: RowRef<'_>) {
-        let payload = if catalog::reads_payload(row.event_type) {
-            match canonical::parse_around(row.envelope, 1) {
-                Ok(Value::Object(mut e)) => match e.remove("payload") {
-                    Some(Value::Object(p)) => p,
-                    _ => Map::new(),
-                },
-                _ => Map::new(),
-            }
-        } else {
-            Map::new()
-        };
         if self.last == 0 {
             self.first_at = row.recorded_at.to_string();
         }
         self.last = row.sequence;
         self.last_at = row.recorded_at.to_string();
-        self.status = catalog::status_change(self.stream, row.event_type, &payload).apply(self.status);
+        self.status = catalog::stored_status_change(self.stream, row.event_type, row.envelope).apply(self.status);
     }
 
     /// Report a catalog row that disagrees with the rows read, or that is missing.

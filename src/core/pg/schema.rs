@@ -141,8 +141,7 @@ fn lock_key(schema: &str) -> i64 {
 }
 
 /// Give each stream stored before the catalog the status its events give
-/// ([`catalog::status_of`]), reading its rows once in stream and sequence order (a payload only
-/// where its type's change of status depends on it).
+/// ([`catalog::stored_status_change`]), reading its rows once in stream and sequence order.
 async fn backfill_catalog(client: &Client, s: &str) -> std::result::Result<(), tokio_postgres::Error> {
     use futures_util::TryStreamExt;
     // The statuses are written once the read has ended: the read's rows arrive on this same
@@ -155,7 +154,6 @@ async fn backfill_catalog(client: &Client, s: &str) -> std::result::Result<(), t
         )
         .await?;
     futures_util::pin_mut!(rows);
-    let empty = serde_json::Map::new();
     let mut current: Option<(String, &'static str)> = None;
     while let Some(row) = rows.try_next().await? {
         let run: &str = row.get(0);
@@ -164,19 +162,8 @@ async fn backfill_catalog(client: &Client, s: &str) -> std::result::Result<(), t
             statuses.extend(current.take());
             current = Some((run.to_string(), catalog::initial_status(run)));
         }
-        let payload = if catalog::reads_payload(t) {
-            match crate::core::canonical::parse_around(row.get::<_, &str>(2), 1) {
-                Ok(serde_json::Value::Object(mut e)) => match e.remove("payload") {
-                    Some(serde_json::Value::Object(p)) => Some(p),
-                    _ => None,
-                },
-                _ => None,
-            }
-        } else {
-            None
-        };
         let c = current.as_mut().expect("set above");
-        c.1 = catalog::status_change(&c.0, t, payload.as_ref().unwrap_or(&empty)).apply(c.1);
+        c.1 = catalog::stored_status_change(&c.0, t, row.get(2)).apply(c.1);
     }
     statuses.extend(current.take());
     for chunk in statuses.chunks(10_000) {

@@ -291,7 +291,6 @@ pub fn catalog_from_events(
     )?;
     let mut cursor = rows.query([run])?;
     let mut current: Option<catalog::CatalogRow> = None;
-    let empty = Map::new();
     while let Some(row) = cursor.next()? {
         let run: String = row.get(0)?;
         if current.as_ref().is_none_or(|c| c.run_id != run) {
@@ -309,24 +308,12 @@ pub fn catalog_from_events(
             });
         }
         let c = current.as_mut().expect("set above");
-        let t: String = row.get(2)?;
-        let payload = if catalog::reads_payload(&t) {
-            let envelope: String = row.get(4)?;
-            match canonical::parse_around(&envelope, 1) {
-                Ok(Value::Object(mut e)) => match e.remove("payload") {
-                    Some(Value::Object(p)) => Some(p),
-                    _ => None,
-                },
-                _ => None,
-            }
-        } else {
-            None
-        };
+        let t = row.get_ref(2)?.as_str()?;
+        let envelope = row.get_ref(4)?.as_str()?;
+        let change = catalog::stored_status_change(&c.run_id, t, envelope);
         c.last_sequence = row.get::<_, i64>(1)? as u64;
         c.last_recorded_at = row.get(3)?;
-        c.status = catalog::status_change(&c.run_id, &t, payload.as_ref().unwrap_or(&empty))
-            .apply(&c.status)
-            .to_string();
+        c.status = change.apply(&c.status).to_string();
     }
     match current {
         Some(done) => each(done),

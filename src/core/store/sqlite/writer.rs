@@ -212,25 +212,13 @@ impl LogWriter for SqliteWriter {
 }
 
 impl SqliteWriter {
-    /// [`LogWriter::delete_stream`]: one `IMMEDIATE` transaction deleting the stream's rows from
+    /// [`LogWriter::delete_streams`]: one `IMMEDIATE` transaction deleting the stream's rows from
     /// every table, after the checks an append's transaction makes (the files, a newer version's
     /// upgrade).
     fn delete_rows(&mut self, runs: &[&str]) -> Result<Vec<u64>> {
         self.exec("BEGIN IMMEDIATE", "beginning a deletion")?;
         let version = self.begun_version()?;
-        let others_committed = self.data_version != Some(version);
-        let checked = self.check_files().and_then(|()| {
-            if others_committed {
-                self.check_not_upgraded()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = checked {
-            let _ = self.exec("ROLLBACK", "rolling back");
-            return Err(e);
-        }
-        if others_committed {
+        if self.check_begun(version)? {
             self.tails.clear();
         }
         let deleted = (|| -> rusqlite::Result<Vec<u64>> {
@@ -276,11 +264,11 @@ impl SqliteWriter {
         })
     }
 
-    /// The body of a write transaction begun by the caller, who read `version`
-    /// ([`SqliteWriter::begun_version`]): run `body`, then commit, or roll back.
-    pub(super) fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>, version: i64) -> Result<()> {
-        // Another connection has committed since this writer's last transaction (or this is its
-        // first): it may have been a later version's upgrade.
+    /// The checks at the start of a write transaction begun by the caller, who read `version`:
+    /// the files, and a later version's upgrade when another connection has committed since this
+    /// writer's last transaction (or this is its first). Rolls back when one fails; else says
+    /// whether another connection has committed.
+    fn check_begun(&mut self, version: i64) -> Result<bool> {
         let others_committed = self.data_version != Some(version);
         let checked = self.check_files().and_then(|()| {
             if others_committed {
@@ -293,6 +281,13 @@ impl SqliteWriter {
             let _ = self.exec("ROLLBACK", "rolling back");
             return Err(e);
         }
+        Ok(others_committed)
+    }
+
+    /// The body of a write transaction begun by the caller, who read `version`
+    /// ([`SqliteWriter::begun_version`]): run `body`, then commit, or roll back.
+    pub(super) fn write(&mut self, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>, version: i64) -> Result<()> {
+        let others_committed = self.check_begun(version)?;
         if others_committed || self.tails.len() > MAX_TAILS {
             self.tails.clear();
         }
