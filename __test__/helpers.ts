@@ -8,7 +8,10 @@ import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
 import { afterEach } from 'vitest';
 import pg from 'pg';
+import type { AddressInfo } from 'node:net';
+import * as lib from '@little-workflow/world';
 import { localWorld, postgresWorld, virtualWorld, type PricingRegistry, type World, type WorldError } from '@little-workflow/world';
+import { createServer } from '../server/serve.js';
 
 const dirs: string[] = [];
 const worlds: World[] = [];
@@ -241,4 +244,23 @@ export function sameValue(a: unknown, b: unknown): boolean {
   const kb = Object.keys(b).sort();
   const own = (o: object, k: string) => Object.getOwnPropertyDescriptor(o, k)?.value;
   return ka.length === kb.length && ka.every((k, i) => k === kb[i] && sameValue(own(a, k), own(b, k)));
+}
+
+/**
+ * A `little serve` server of `world` on a free loopback port (with `using` as the package it
+ * serves through), and a close that ends its event streams first.
+ */
+export async function serveWorld(world: World, opts: Parameters<typeof createServer>[2] = {}, using: typeof lib = lib) {
+  const server = createServer(using, world, opts);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    base,
+    server,
+    async close() {
+      for (const c of server.openStreams) c.abort();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    },
+  };
 }

@@ -8,7 +8,7 @@ import { EventSource } from 'eventsource';
 import { describe, expect, it, vi } from 'vitest';
 import * as lib from '@little-workflow/world';
 import { appendEvent, localWorld, subscribe, virtualWorld, type EventEnvelope, type World } from '@little-workflow/world';
-import { packageRoot, tempDir, track } from './helpers';
+import { packageRoot, serveWorld, tempDir, track } from './helpers';
 import { createServer } from '../server/serve.js';
 
 const step = (i: number) => ({ type: 'StepStarted', payload: { stepPath: `s${i}` } });
@@ -345,20 +345,7 @@ describe('subscribe', () => {
   });
 });
 
-async function serve(world: World, opts: { heartbeatMs?: number } = {}) {
-  const server = createServer(lib, world, opts);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    base,
-    server,
-    async close() {
-      for (const c of server.openStreams) c.abort();
-      server.closeAllConnections();
-      await new Promise((r) => server.close(r));
-    },
-  };
-}
+const serve = (world: World, opts: { heartbeatMs?: number } = {}) => serveWorld(world, opts);
 
 /** The status of a request made with exactly these headers (fetch will not send a Host of its own). */
 function statusOf(base: string, path: string, headers: Record<string, string>, method = 'GET'): Promise<number> {

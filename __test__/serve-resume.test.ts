@@ -3,31 +3,15 @@
 // `event: reset` and the end of the stream instead of another history, a bare sequence (as older
 // clients send) resumes as before, and the inspector page shows such a run again from the start.
 import { existsSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
 import { EventSource } from 'eventsource';
 import { chromium } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
-import * as lib from '@little-workflow/world';
 import { appendEvent, deleteRun, listEvents, localWorld, type EventEnvelope, type World } from '@little-workflow/world';
-import { needs, tempDir, track } from './helpers';
-import { createServer } from '../server/serve.js';
+import { needs, serveWorld, tempDir, track } from './helpers';
 
 const step = (name: string) => ({ type: 'StepStarted', payload: { stepPath: name } });
 
-async function serve(world: World) {
-  const server = createServer(lib, world);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    base,
-    server,
-    async close() {
-      for (const c of server.openStreams) c.abort();
-      server.closeAllConnections();
-      await new Promise((r) => server.close(r));
-    },
-  };
-}
+const serve = (world: World) => serveWorld(world);
 
 /** A world with run `runId` of these steps, and its stored events. */
 async function seeded(runId: string, names: string[]): Promise<{ world: World; events: EventEnvelope[] }> {

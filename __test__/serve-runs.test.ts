@@ -1,24 +1,20 @@
 // `GET /api/runs` of `little serve`, a page at a time: the cursor walk, the status and time
 // filters, and 400 for a parameter that cannot be a queryRuns option.
-import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import * as lib from '@little-workflow/world';
 import { appendEvent, listRuns, type RunSummary, type World } from '@little-workflow/world';
-import { createServer } from '../server/serve.js';
-import { worldKinds } from './helpers';
+import { serveWorld, worldKinds } from './helpers';
 
 type Page = { runs: RunSummary[]; cursor: string | null };
 
 async function serve(world: World, using: typeof lib = lib) {
-  const server = createServer(using, world);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const s = await serveWorld(world, {}, using);
   return {
     async get(query: string): Promise<{ status: number; body: Page & { error?: string } }> {
-      const res = await fetch(`${base}/api/runs${query}`);
+      const res = await fetch(`${s.base}/api/runs${query}`);
       return { status: res.status, body: await res.json() };
     },
-    close: () => new Promise((r) => server.close(r)),
+    close: s.close,
   };
 }
 
