@@ -1,6 +1,7 @@
 /**
- * @little-workflow/world/vercel: a World for the Vercel Workflow SDK (`@workflow/world` 5) over
- * this package's durable event store.
+ * @little-workflow/world/vercel: a World for the Vercel Workflow SDK over this package's durable
+ * event store. It serves the line of `@workflow/world` the app has installed (see
+ * `lib/vercel/line.ts`): it declares that line's spec version and has that line's interface.
  *
  * One SDK run is one event log (`run_` + the SDK run id), each SDK event one envelope of type
  * `workflow.<eventType>`; every transition is checked against the state the log folds to and
@@ -10,10 +11,11 @@
  */
 import type { World as SdkWorld } from '@workflow/world';
 import { DurableQueue } from './lib/vercel/queue.js';
-import { RunCache, SPEC_VERSION } from './lib/vercel/runs.js';
+import { installedLine } from './lib/vercel/line.js';
+import { RunCache } from './lib/vercel/runs.js';
 import { createStorage } from './lib/vercel/storage.js';
 import { localWorld, type World } from './lib/vercel/store.js';
-import { createStreamer } from './lib/vercel/streams.js';
+import { createStreamer, createWorldLevelStreams } from './lib/vercel/streams.js';
 
 /** Options of {@link createWorld}. */
 export type VercelWorldOptions = {
@@ -40,6 +42,7 @@ export type VercelWorld = SdkWorld & {
 
 /** A World of the Workflow SDK storing in a world of this package. */
 export function createWorld(options: VercelWorldOptions = {}): VercelWorld {
+  const line = installedLine();
   const owned = options.world === undefined;
   const dataDir = options.dataDir ?? process.env.WORKFLOW_LITTLE_DATA_DIR;
   const world = options.world ?? localWorld(dataDir ? { dataDir } : undefined);
@@ -48,10 +51,10 @@ export function createWorld(options: VercelWorldOptions = {}): VercelWorld {
   const storage = createStorage(world, cache);
   let closing: Promise<void> | undefined;
   return {
-    specVersion: SPEC_VERSION,
+    specVersion: line.minted(),
     processExitTriggersQueueRedelivery: false,
     ...storage,
-    streams: createStreamer(world),
+    ...(line.worldLevelStreams ? createWorldLevelStreams(world) : { streams: createStreamer(world) }),
     getDeploymentId: queue.getDeploymentId,
     queue: queue.queue,
     createQueueHandler: queue.createQueueHandler,

@@ -4,11 +4,8 @@
 import type { Event, EventResult, Hook, Step, Wait, WorkflowRun } from '@workflow/world';
 import { EntityConflictError, HookNotFoundError, RunExpiredError, RunNotSupportedError, TooEarlyError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
 import { eventIdOf, logOfRun, parseEventId, ulid } from './ids.js';
-import { loadSdkWorld } from './sdk.cjs';
+import { installedLine } from './line.js';
 import { append, decode, defineField, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
-
-/** The spec version this world implements (`SPEC_VERSION_CURRENT` of `@workflow/world` 5). */
-export const SPEC_VERSION = 5;
 
 /** Index names: runs by status and by workflow name, hook tokens and ids, correlation ids. */
 export const INDEX = {
@@ -404,10 +401,12 @@ function correlationIndex(sdkRunId: string, state: RunState, cid: string | undef
   return [{ index: INDEX.correlation, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) }];
 }
 
-/** The SDK's own rules for run attributes (reserved keys, sizes, count): its `AttributeValidationError`. */
+/**
+ * The SDK's own rules for run attributes (reserved keys, sizes, count): its
+ * `AttributeValidationError`. A line without attributes (4.x) has no rules, and sends none.
+ */
 async function checkAttributes(changes: { key: string; value: unknown }[], allowReservedAttributes: boolean, existingKeys?: string[]): Promise<void> {
-  const { validateAttributeChanges } = await loadSdkWorld();
-  validateAttributeChanges(changes as Parameters<typeof validateAttributeChanges>[0], { allowReservedAttributes, existingKeys });
+  installedLine().validateAttributeChanges?.(changes, { allowReservedAttributes, existingKeys });
 }
 
 /** `events.create`: check the event against the run's state and append it. */
@@ -418,7 +417,8 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
   else if (!runIdArg) throw new WorkflowWorldError('runId is required for non-run_created events', { status: 400 });
   else sdkRunId = runIdArg;
   if (!/^[A-Za-z0-9_-]{1,76}$/.test(sdkRunId)) throw new WorkflowWorldError(`invalid runId ${JSON.stringify(sdkRunId)}`, { status: 400 });
-  const specVersion = data.specVersion ?? SPEC_VERSION;
+  const line = installedLine();
+  const specVersion = data.specVersion ?? line.minted();
   const req: EventRequest = { ...data, specVersion };
   const cid = data.correlationId;
   if (cid !== undefined && (typeof cid !== 'string' || cid.length === 0)) {
@@ -466,7 +466,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
       };
     }
     if (run === undefined && created === undefined) throw new WorkflowRunNotFoundError(sdkRunId);
-    if (run !== undefined && typeof run.specVersion === 'number' && run.specVersion > SPEC_VERSION) throw new RunNotSupportedError(run.specVersion, SPEC_VERSION);
+    if (run !== undefined && typeof run.specVersion === 'number' && run.specVersion > line.maxReadable) throw new RunNotSupportedError(run.specVersion, line.maxReadable);
 
     const lazyStep = eventType === 'step_started' && typeof d.stepName === 'string' && d.input !== undefined;
     const createsChild = CHILD_CREATIONS.has(eventType) || lazyStep;

@@ -1,2 +1,2 @@
-/** `@workflow/world`, loaded once. */
-export declare function loadSdkWorld(): Promise<typeof import('@workflow/world')>;
+/** The app's `@workflow/world`, loaded once: its module, its version and its entry file. */
+export declare function sdkWorld(): { module: Record<string, unknown>; version: string | undefined; entry: string };

@@ -59,6 +59,18 @@ export function createStorage(world: World, cache: RunCache): Storage {
     return undefined;
   }
 
+  /** The step with `stepId` in whichever run has it, found through the correlation index. */
+  async function anyRunsStep(stepId: string): Promise<Step | undefined> {
+    if (typeof stepId !== 'string' || stepId.length === 0) return undefined;
+    const entries = await listIndexEntries(world, INDEX.correlation, { value: indexText(stepId), limit: 10 });
+    for (const entry of entries) {
+      const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
+      const step = state?.steps.get(stepId);
+      if (step !== undefined) return step;
+    }
+    return undefined;
+  }
+
   const runs = {
     async get(id: string, params?: { resolveData?: ResolveData }) {
       const state = await stateOf(id);
@@ -95,10 +107,10 @@ export function createStorage(world: World, cache: RunCache): Storage {
   };
 
   const steps = {
-    async get(runId: string, stepId: string, params?: { resolveData?: ResolveData }) {
-      const state = await stateOf(runId);
-      const step = state.steps.get(stepId);
-      if (step === undefined) throw new WorkflowWorldError(`Step ${stepId} in run ${runId} not found`, { status: 404 });
+    /** A step of a run; with no run (as the 4.x line asks), the step with that id in any run. */
+    async get(runId: string | undefined, stepId: string, params?: { resolveData?: ResolveData }) {
+      const step = runId !== undefined ? (await stateOf(runId)).steps.get(stepId) : await anyRunsStep(stepId);
+      if (step === undefined) throw new WorkflowWorldError(runId !== undefined ? `Step ${stepId} in run ${runId} not found` : `Step ${stepId} not found`, { status: 404 });
       return withoutStepData(step, params?.resolveData);
     },
     async list(params: { runId: string; pagination?: Pagination; resolveData?: ResolveData }) {

@@ -1,6 +1,8 @@
 // The SDK's streams: each stream an event log of its own (`run_ws_…`), a chunk per event, then a
 // closing event. Chunk i is the event of sequence i + 1. Readers follow the log live through
 // `subscribe`, so they never list it again; the streams of a run are found through an index.
+// Later lines know a stream by its run and its name (`world.streams`); the 4.x line by its name
+// alone, a unique id, through methods of the World itself.
 import { createHash } from 'node:crypto';
 import type { Streamer } from '@workflow/world';
 import { allIndexEntries, append, decode, encode, listEvents, subscribe, type EventEnvelope, type World } from './store.js';
@@ -15,11 +17,17 @@ export function streamLog(runId: string, name: string): string {
   return `run_ws_${createHash('sha256').update(`${runId}\n${name}`).digest('hex').slice(0, 32)}`;
 }
 
+/** The log of a stream known by its name alone (the 4.x line's stream names are unique ids). */
+export function namedStreamLog(name: string): string {
+  return `run_ws_${createHash('sha256').update(`\u0000named\n${name}`).digest('hex').slice(0, 32)}`;
+}
+
 function bytesOf(chunk: string | Uint8Array): Uint8Array {
   return typeof chunk === 'string' ? new TextEncoder().encode(chunk) : chunk;
 }
 
-export function createStreamer(world: World): Streamer['streams'] {
+/** The streams of `world`, each in the log `logOf` names. */
+export function createStreamer(world: World, logOf: (runId: string, name: string) => string = streamLog): Required<Pick<Streamer['streams'], 'writeMulti'>> & Streamer['streams'] {
   /** Streams this process has indexed already, each with the sequence of the event that did. */
   const indexed = new Map<string, number>();
   /** Whether the store can forget commits it had acknowledged (see `indexedBy`). */
@@ -37,7 +45,7 @@ export function createStreamer(world: World): Streamer['streams'] {
 
   async function write(runIdArg: string | Promise<string>, name: string, chunk: string | Uint8Array): Promise<void> {
     const runId = await runIdArg;
-    const log = streamLog(runId, name);
+    const log = logOf(runId, name);
     const data = await encode(bytesOf(chunk), { world, runId: log, name: 'chunk' });
     const key = `${runId}\n${name}`;
     const index = indexed.has(key) ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
@@ -70,12 +78,12 @@ export function createStreamer(world: World): Streamer['streams'] {
       const key = `${runId}\n${name}`;
       // Where the store can forget, the last event of a stream writes its entry again.
       const index = indexed.has(key) && !forgetful ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
-      const env = await append(world, streamLog(runId, name), { type: CLOSED, payload: {}, index });
+      const env = await append(world, logOf(runId, name), { type: CLOSED, payload: {}, index });
       indexedBy(key, env.sequence, index !== undefined);
     },
     async get(runIdArg: string, name: string, startIndex = 0) {
       const runId = await runIdArg;
-      const log = streamLog(runId, name);
+      const log = logOf(runId, name);
       let start = startIndex;
       if (start < 0) start = Math.max(0, (await infoOf(log)).chunks + start);
       const abort = new AbortController();
@@ -105,7 +113,7 @@ export function createStreamer(world: World): Streamer['streams'] {
     },
     async getChunks(runIdArg: string, name: string, options?: { limit?: number; cursor?: string }) {
       const runId = await runIdArg;
-      const log = streamLog(runId, name);
+      const log = logOf(runId, name);
       const limit = Math.min(Math.max(options?.limit ?? 100, 1), 1000);
       const after = options?.cursor !== undefined ? Number(options.cursor) || 0 : 0;
       const events = await listEvents(world, log, { afterSequence: after, limit: limit + 1 });
@@ -129,8 +137,39 @@ export function createStreamer(world: World): Streamer['streams'] {
     },
     async getInfo(runIdArg: string, name: string) {
       const runId = await runIdArg;
-      const { chunks, done } = await infoOf(streamLog(runId, name));
+      const { chunks, done } = await infoOf(logOf(runId, name));
       return { tailIndex: chunks - 1, done };
     },
+  };
+}
+
+/** The World-level stream methods of the 4.x line, a stream known by its name alone. */
+export type WorldLevelStreams = {
+  writeToStream(name: string, runId: string | Promise<string>, chunk: string | Uint8Array): Promise<void>;
+  writeToStreamMulti(name: string, runId: string | Promise<string>, chunks: (string | Uint8Array)[]): Promise<void>;
+  closeStream(name: string, runId: string | Promise<string>): Promise<void>;
+  readFromStream(name: string, startIndex?: number): Promise<ReadableStream<Uint8Array>>;
+  listStreamsByRunId(runId: string): Promise<string[]>;
+  getStreamChunks(name: string, runId: string, options?: { limit?: number; cursor?: string }): ReturnType<Streamer['streams']['getChunks']>;
+  getStreamInfo(name: string, runId: string): ReturnType<Streamer['streams']['getInfo']>;
+};
+
+/**
+ * The streams of `world` as the 4.x line's World methods: arguments `(name, runId)`, and a
+ * stream's log named by its name alone, since `readFromStream` is given no run. The run still
+ * files the stream in the index `listStreamsByRunId` reads.
+ */
+export function createWorldLevelStreams(world: World): WorldLevelStreams {
+  const s = createStreamer(world, (_runId, name) => namedStreamLog(name));
+  // `runId` may be a promise of it (the runtime passes one while the run is being created).
+  const run = (runId: string | Promise<string>) => runId as string;
+  return {
+    writeToStream: (name, runId, chunk) => s.write(run(runId), name, chunk),
+    writeToStreamMulti: (name, runId, chunks) => s.writeMulti(run(runId), name, chunks),
+    closeStream: (name, runId) => s.close(run(runId), name),
+    readFromStream: (name, startIndex) => s.get('', name, startIndex),
+    listStreamsByRunId: (runId) => s.list(runId),
+    getStreamChunks: (name, runId, options) => s.getChunks(runId, name, options),
+    getStreamInfo: (name, runId) => s.getInfo(runId, name),
   };
 }
