@@ -9,6 +9,12 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** An export under way: `NativeWorld.exportNext` writes its next piece. */
+export declare class NativeExport {}
+
+/** An import under way: `NativeWorld.importPush` reads its next bytes. */
+export declare class NativeImport {}
+
 /**
  * An open world. Every asynchronous method returns a promise that one of the world's own
  * threads settles; none of them runs on the libuv pool.
@@ -99,6 +105,16 @@ export declare class NativeWorld {
   backup(dir: string): Promise<void>
   /** A page of the runs catalog, `request` the options as JSON: `{ runs, cursor }` as JSON. */
   queryRuns(request: string): Promise<string>
+  /** Start an export, `request` its options as JSON (`{ runIds?, status?, endedBefore? }`). */
+  exportStart(request: string): NativeExport
+  /** The export's next piece of archive, or nothing once it is whole. */
+  exportNext(cursor: NativeExport): Promise<Buffer | undefined>
+  /** Start an import into this world. */
+  importStart(): NativeImport
+  /** Read the archive's next bytes, committing the runs they complete. */
+  importPush(cursor: NativeImport, bytes: Buffer): Promise<void>
+  /** The archive has no more bytes: `{ runs, events, artifacts, unchanged }` as JSON. */
+  importFinish(cursor: NativeImport): Promise<string>
   /**
    * Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the
    * table holds, per row, the sequence and where each piece of the row starts in its text

@@ -835,6 +835,8 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.NativeExport = nativeBinding.NativeExport
+module.exports.NativeImport = nativeBinding.NativeImport
 module.exports.NativeWorld = nativeBinding.NativeWorld
 module.exports.addonInstanceId = nativeBinding.addonInstanceId
 module.exports.bundledPricingJson = nativeBinding.bundledPricingJson

@@ -385,7 +385,7 @@ fn invalid(field: &str, why: impl Into<String>) -> WorldError {
 }
 
 /// A time bound as the catalog compares it: a `recordedAt` string (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
-fn check_time(field: &str, t: &str) -> Result<String> {
+pub fn check_time(field: &str, t: &str) -> Result<String> {
     let ok = t.len() == 24
         && t.bytes().enumerate().all(|(i, b)| match i {
             4 | 7 => b == b'-',

@@ -51,6 +51,11 @@ pub enum WorldError {
     #[error("{run_id} ends at sequence {last}, not at the expected {expected}: another append came first")]
     SequenceConflict { run_id: String, expected: u64, last: u64 },
 
+    /// An archive holds a run that the world holds too, with other events: importing it would
+    /// change what the world recorded.
+    #[error("{run_id} differs from the archive's at sequence {sequence}: the world keeps its own run, and the archive's is not imported")]
+    ImportConflict { run_id: String, sequence: u64 },
+
     /// An append wrote or removed an index entry that another run holds.
     #[error("index {index:?} entry {key:?} is held by {holder}")]
     IndexConflict {
@@ -177,7 +182,7 @@ impl WorldError {
             WorldError::Closed => "WORLD_CLOSED",
             WorldError::Validation { .. } => "EVENT_VALIDATION",
             WorldError::IdempotencyConflict { .. } => "EVENT_APPEND_IDEMPOTENCY_CONFLICT",
-            WorldError::SequenceConflict { .. } => "EVENT_SEQUENCE_CONFLICT",
+            WorldError::SequenceConflict { .. } | WorldError::ImportConflict { .. } => "EVENT_SEQUENCE_CONFLICT",
             WorldError::IndexConflict { .. } => "INDEX_ENTRY_CONFLICT",
             WorldError::ArtifactNotFound { .. } => "ARTIFACT_NOT_FOUND",
             WorldError::ArtifactHashMismatch { .. } => "ARTIFACT_HASH_MISMATCH",
@@ -219,6 +224,7 @@ impl WorldError {
                 json!({ "artifactId": artifact_id })
             }
             WorldError::EventLogCorrupt { run_id, sequence, .. } => json!({ "runId": run_id, "sequence": sequence }),
+            WorldError::ImportConflict { run_id, sequence } => json!({ "runId": run_id, "sequence": sequence }),
             WorldError::RunLocked { name, owner_pid, .. } => json!({ "lockName": name, "ownerPid": owner_pid }),
             WorldError::OuterLoopInputMismatch { outer_loop_id, .. } => {
                 json!({ "outerLoopId": outer_loop_id })

@@ -3,6 +3,7 @@
 //! `canonical` and `ids` define the bytes and the names; `events` the append rules; `store` the
 //! backends those rules are written over; `world` the threads that serve one data directory.
 
+pub mod archive;
 pub mod artifacts;
 pub mod bytes;
 pub mod canonical;

@@ -20,6 +20,18 @@ use std::time::Duration;
 /// How long the JavaScript thread may wait in place for a lone append (see `submit_with`).
 const WAIT_IN_PLACE: Duration = Duration::from_micros(250);
 
+/// An export under way: `NativeWorld.exportNext` writes its next piece.
+#[napi]
+pub struct NativeExport {
+    export: crate::core::world::Export,
+}
+
+/// An import under way: `NativeWorld.importPush` reads its next bytes.
+#[napi]
+pub struct NativeImport {
+    import: crate::core::world::Import,
+}
+
 /// An open world. Every asynchronous method returns a promise that one of the world's own
 /// threads settles; none of them runs on the libuv pool.
 #[napi]
@@ -410,6 +422,39 @@ impl NativeWorld {
     #[napi(ts_return_type = "Promise<string>")]
     pub fn query_runs(&self, env: Env, request: String) -> napi::Result<RawValue> {
         self.submit(&env, |t| self.world.query_runs(t, &request))
+    }
+
+    /// Start an export, `request` its options as JSON (`{ runIds?, status?, endedBefore? }`).
+    #[napi]
+    pub fn export_start(&self, env: Env, request: String) -> napi::Result<NativeExport> {
+        let export = guarded(|| self.world.export_start(&request)).map_err(|e| throw(&env, &e))?;
+        Ok(NativeExport { export })
+    }
+
+    /// The export's next piece of archive, or nothing once it is whole.
+    #[napi(ts_return_type = "Promise<Buffer | undefined>")]
+    pub fn export_next(&self, env: Env, cursor: &NativeExport) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.export_next(t, &cursor.export))
+    }
+
+    /// Start an import into this world.
+    #[napi]
+    pub fn import_start(&self, env: Env) -> napi::Result<NativeImport> {
+        let import = guarded(|| self.world.import_start()).map_err(|e| throw(&env, &e))?;
+        Ok(NativeImport { import })
+    }
+
+    /// Read the archive's next bytes, committing the runs they complete.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn import_push(&self, env: Env, cursor: &NativeImport, bytes: Buffer) -> napi::Result<RawValue> {
+        let bytes = bytes.to_vec();
+        self.submit(&env, |t| self.world.import_push(t, &cursor.import, bytes))
+    }
+
+    /// The archive has no more bytes: `{ runs, events, artifacts, unchanged }` as JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn import_finish(&self, env: Env, cursor: &NativeImport) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.import_finish(t, &cursor.import))
     }
 
     /// Committed envelopes packed for `world.ts`: `[text, table, ...]`, a pair per part, where the

@@ -222,6 +222,23 @@ impl ArtifactStore {
             .publish(new_manifest(&meta, id, sha, bytes.len() as u64), &bytes)
     }
 
+    /// Publish an artifact made elsewhere (read from an archive), `manifest` and all: the manifest
+    /// checked against its id, the bytes against its size and sha256. Returns whether it was
+    /// published now (`false`: an intact artifact of that id was stored already, and stays).
+    pub fn import(&self, manifest: Manifest, bytes: &[u8]) -> Result<bool> {
+        check_manifest(&manifest.artifact_id, &manifest)?;
+        ids::check_run_id(&manifest.run_id).map_err(|_| WorldError::ArtifactManifestCorrupt {
+            artifact_id: manifest.artifact_id.clone(),
+            reason: "its runId is not a run id".into(),
+        })?;
+        check_size(&manifest, bytes.len() as u64)?;
+        check_digest(&manifest, &Sha256::digest(bytes))?;
+        let _turn = self.turn(&manifest.artifact_id);
+        let stored = self.backend.exists(&manifest.artifact_id)?;
+        self.backend.publish(manifest, bytes)?;
+        Ok(!stored)
+    }
+
     /// Take this process's turn at writing artifact `id`.
     fn turn(&self, id: &str) -> ArtifactTurn<'_> {
         let mut busy = self.writing.lock().unwrap_or_else(|p| p.into_inner());

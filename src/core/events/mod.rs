@@ -695,6 +695,56 @@ pub fn commit_now(
     outcome
 }
 
+/// An event read from an archive: its append prepared again from its envelope, the time it was
+/// recorded, and the envelope the archive holds for it.
+pub struct ImportedEvent {
+    pub prepared: PreparedAppend,
+    pub recorded_at: String,
+    pub envelope: String,
+}
+
+/// Commit imported events of one stream in one transaction, each through the append rules as its
+/// own append went (density, terminals, budget estimates, token totals, index holders), at its
+/// recorded time. Refused, with nothing committed, unless each envelope the rules make is byte for
+/// byte the one the archive holds: so an event id, digest, sequence or payload changed in the
+/// archive is found out. `artifacts` stores nothing: an import never moves a value out.
+pub fn commit_imported(writer: &mut dyn LogWriter, artifacts: &dyn Artifacts, events: &[ImportedEvent]) -> Result<()> {
+    let batch: Vec<&PreparedAppend> = events.iter().map(|e| &e.prepared).collect();
+    let mut scope = Scope::default();
+    for item in &batch {
+        let run = item.run_id.as_str();
+        if !scope.runs.contains(&run) {
+            scope.runs.push(run);
+        }
+        if let Some(key) = &item.key {
+            scope.keys.push((run, key));
+        }
+        if let Some(node) = item.terminal.as_deref().filter(|n| !n.is_empty()) {
+            scope.nodes.push((run, node));
+        }
+        if item.estimate.is_some() && !scope.estimates.contains(&run) {
+            scope.estimates.push(run);
+        }
+    }
+    writer.transaction(&scope, &mut |tx| {
+        let mut next: HashMap<&str, Cursor> = HashMap::new();
+        for event in events {
+            let item = &event.prepared;
+            let made = append_one(tx, artifacts, &mut next, item, item.head.clone(), &event.recorded_at)?;
+            if made != event.envelope {
+                return Err(WorldError::EventLogCorrupt {
+                    run_id: Some(item.run_id.clone()),
+                    sequence: sequence_of(&event.envelope),
+                    reason: "the archive's envelope is not the one its append makes: its eventId, digest, \
+                             sequence or payload was changed"
+                        .into(),
+                });
+            }
+        }
+        Ok(())
+    })
+}
+
 /// One append as a transaction of its own (`None` when `transaction` did not run it). Rolling
 /// that back undoes exactly this append, so it needs no savepoint of its own.
 fn commit_one(

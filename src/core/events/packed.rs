@@ -413,6 +413,9 @@ mod tests {
         ) -> Result<Vec<crate::core::store::IndexEntry>> {
             self.0.index_entries(query)
         }
+        fn held_index_entries(&self, run_id: &str) -> Result<Vec<crate::core::store::IndexEntry>> {
+            self.0.held_index_entries(run_id)
+        }
     }
 
     #[test]

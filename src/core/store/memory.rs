@@ -445,6 +445,16 @@ impl LogReader for MemoryLog {
             .map(entry))
     }
 
+    fn held_index_entries(&self, run_id: &str) -> Result<Vec<IndexEntry>> {
+        let store = self.lock();
+        Ok(store
+            .index
+            .iter()
+            .filter(|(_, (_, run, _))| run == run_id)
+            .map(entry)
+            .collect())
+    }
+
     fn index_entries(&self, query: &IndexQuery<'_>) -> Result<Vec<IndexEntry>> {
         let store = self.lock();
         let of_index = store

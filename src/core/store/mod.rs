@@ -353,6 +353,8 @@ pub trait LogReader: Send + Sync {
     fn index_entry(&self, index: &str, key: &str) -> Result<Option<IndexEntry>>;
     /// The entries of an index a query wants.
     fn index_entries(&self, query: &IndexQuery<'_>) -> Result<Vec<IndexEntry>>;
+    /// The entries `run_id` holds, of every index, ordered by index and key.
+    fn held_index_entries(&self, run_id: &str) -> Result<Vec<IndexEntry>>;
     /// What was committed since `since` (a [`Changes::mark`] this returned before; none for the
     /// first call, which only takes the mark). A backend that cannot tell says anything may have.
     fn changes(&self, since: Option<i64>) -> Result<Changes> {

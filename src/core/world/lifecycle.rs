@@ -50,21 +50,21 @@ struct PruneRequest {
 
 /// What a deletion needs of the world, for the thread it runs on.
 #[derive(Clone)]
-struct Parts {
-    writer: super::SharedWriter,
-    reader: Arc<dyn LogReader>,
-    artifacts: Arc<crate::core::artifacts::ArtifactStore>,
-    locks: Arc<Locks>,
-    statuses: Arc<super::runs::Statuses>,
+pub(super) struct Parts {
+    pub(super) writer: super::SharedWriter,
+    pub(super) reader: Arc<dyn LogReader>,
+    pub(super) artifacts: Arc<crate::core::artifacts::ArtifactStore>,
+    pub(super) locks: Arc<Locks>,
+    pub(super) statuses: Arc<super::runs::Statuses>,
 }
 
 impl World {
-    fn lifecycle_parts(&self, what: &str) -> Result<Parts> {
+    pub(super) fn lifecycle_parts(&self, what: &str) -> Result<Parts> {
         self.ensure_writable(what)?;
         self.parts()
     }
 
-    fn parts(&self) -> Result<Parts> {
+    pub(super) fn parts(&self) -> Result<Parts> {
         self.ensure_open()?;
         Ok(Parts {
             writer: self.inner.writer.clone(),
@@ -324,7 +324,7 @@ fn delete(parts: &Parts, runs: &[&str]) -> Result<Removed> {
 
 /// The artifact ids an envelope's text names as `"artifact://art_…"` strings (as keys too: a
 /// reference kept by mistake only keeps an artifact).
-fn artifact_ids(text: &str) -> impl Iterator<Item = &str> {
+pub(super) fn artifact_ids(text: &str) -> impl Iterator<Item = &str> {
     const NEEDLE: &str = "\"artifact://";
     text.match_indices(NEEDLE).filter_map(move |(i, _)| {
         let start = i + NEEDLE.len();
@@ -333,7 +333,7 @@ fn artifact_ids(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-fn check_stream_id(id: &str) -> Result<()> {
+pub(super) fn check_stream_id(id: &str) -> Result<()> {
     if id.starts_with("ses_") {
         ids::check_session_id(id)
     } else {

@@ -27,6 +27,7 @@
 //! status and cost.
 
 mod append;
+mod archive;
 mod lifecycle;
 mod local;
 mod memory;
@@ -52,6 +53,7 @@ use std::sync::{Arc, Mutex};
 use threads::{prep_loop, spawn, writer_loop, AfterClose, Backlog, BacklogCloser, ReadOnlyLog, Snapshots, ToWriter};
 
 pub use append::{INLINE_PREP_MAX, INLINE_UNDER_LOAD_MAX};
+pub use archive::{Export, Import};
 pub use threads::MAX_GROUP;
 
 /// What a backend gives a world: its event store and the stores of everything else, each behind

@@ -325,6 +325,18 @@ impl LogReader for PgReader {
         rows.first().map(index_entry).transpose()
     }
 
+    fn held_index_entries(&self, run_id: &str) -> Result<Vec<IndexEntry>> {
+        let rows = self.query(
+            "reading a run's index entries",
+            &format!(
+                "SELECT name, key, value, run_id, sequence FROM {} WHERE run_id = $1 ORDER BY name, key",
+                self.db.table("index_entries")
+            ),
+            &[&run_id],
+        )?;
+        rows.iter().map(index_entry).collect()
+    }
+
     fn index_entries(&self, q: &IndexQuery<'_>) -> Result<Vec<IndexEntry>> {
         let (cmp, order) = if q.descending { ("<", "DESC") } else { (">", "ASC") };
         let rows = self.query(

@@ -308,6 +308,16 @@ impl LogReader for SqliteReader {
         })
     }
 
+    fn held_index_entries(&self, run_id: &str) -> Result<Vec<IndexEntry>> {
+        self.with_conn(|conn| {
+            conn.prepare_cached(
+                "SELECT name, key, value, run_id, sequence FROM index_entries WHERE run_id = ?1 ORDER BY name, key",
+            )
+            .and_then(|mut s| s.query_map([run_id], index_entry)?.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| WorldError::sqlite("reading a run's index entries", e))
+        })
+    }
+
     fn index_entries(&self, q: &IndexQuery<'_>) -> Result<Vec<IndexEntry>> {
         // One statement per order, each walking the primary key or the value index.
         let (cmp, order) = if q.descending { ("<", "DESC") } else { (">", "ASC") };
