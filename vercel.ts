@@ -46,7 +46,7 @@ export function createWorld(options: VercelWorldOptions = {}): VercelWorld {
   const owned = options.world === undefined;
   const dataDir = options.dataDir ?? process.env.WORKFLOW_LITTLE_DATA_DIR;
   const world = options.world ?? localWorld(dataDir ? { dataDir } : undefined);
-  const cache = new RunCache(world);
+  const cache = new RunCache(world, line);
   const queue = new DurableQueue(world, { baseUrl: options.baseUrl, port: options.port }, 'dpl_little-workflow');
   const storage = createStorage(world, cache);
   let closing: Promise<void> | undefined;

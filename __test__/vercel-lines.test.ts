@@ -1,11 +1,17 @@
 // What decides the interface the Vercel World serves: the line of the app's `@workflow/world`
-// (spec versions from its own constants), and what the 4.x line calls that later lines do not:
-// World-level stream methods with `(name, runId)` arguments, and a step found by its id alone.
+// (spec versions from its own constants); what the 4.x line calls that later lines do not:
+// World-level stream methods with `(name, runId)` arguments, and a step found by its id alone;
+// and the 5.x beta's slot-numbered event ids, with the report of events a stale writer missed.
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import * as sdk from '@workflow/world';
+import * as beta from '@workflow/world-beta';
 import { describe, expect, it } from 'vitest';
 import { createWorld } from '@little-workflow/world/vercel';
 import { localWorld } from '@little-workflow/world';
 import { lineOf } from '../lib/vercel/line.js';
+import { createEvent, RunCache } from '../lib/vercel/runs.js';
+import { createStorage } from '../lib/vercel/storage.js';
 import { createWorldLevelStreams } from '../lib/vercel/streams.js';
 import { tempDir } from './helpers';
 
@@ -111,6 +117,72 @@ describe('steps.get without a run', () => {
       expect(step.runId).toBe(runId);
       expect(step.stepName).toBe('s');
       await expect(world.steps.get(undefined as unknown as string, 'step_none')).rejects.toMatchObject({ name: 'WorkflowWorldError', status: 404 });
+    } finally {
+      await world.close();
+    }
+  });
+});
+
+const betaVersion = (JSON.parse(readFileSync(join(dirname(require.resolve('@workflow/world-beta')), '..', 'package.json'), 'utf8')) as { version: string }).version;
+
+/** The Vercel World's storage on a local world, serving the 5.x beta line. */
+function betaStorage() {
+  const world = localWorld({ dataDir: tempDir() });
+  const cache = new RunCache(world, lineOf(beta as unknown as Record<string, unknown>, betaVersion));
+  const storage = createStorage(world, cache);
+  type Result = { event: { eventId: string; eventType: string }; events?: { eventId: string; eventType: string }[]; cursor?: string | null; hasMore?: boolean; run?: { runId: string; specVersion?: number } };
+  const create = (runId: string | null, data: Record<string, unknown>, params?: Record<string, unknown>) => createEvent(cache, world, runId, data as never, params as never) as Promise<unknown> as Promise<Result>;
+  const ids = async (runId: string) => (await storage.events.list({ runId, pagination: { limit: 1000 } })).data.map((e) => e.eventId);
+  return { world, storage, create, ids };
+}
+
+describe('slot-numbered event ids on the 5.x beta line', () => {
+  it("numbers a new run's SDK events densely from 1 with the line's helper, one position per SDK event, and finds each by its id", async () => {
+    const { world, storage, create, ids } = betaStorage();
+    try {
+      // A run_started that creates its run, and a step_started that creates its step: two SDK events each.
+      const started = await create('wrun_slots', { eventType: 'run_started', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } });
+      expect(started.run?.specVersion).toBe(beta.mintedSpecVersion());
+      await create('wrun_slots', { eventType: 'step_started', correlationId: 'step_1', eventData: { stepName: 's', input: new Uint8Array([2]) } });
+      await create('wrun_slots', { eventType: 'step_completed', correlationId: 'step_1', eventData: { result: new Uint8Array([3]) } });
+      const listed = await ids('wrun_slots');
+      expect(listed).toEqual([1, 2, 3, 4, 5].map((n) => beta.slotToEventId(n)));
+      expect(listed.map((id) => beta.eventIdToSlot(id))).toEqual([1, 2, 3, 4, 5]);
+      expect((await storage.events.get('wrun_slots', beta.slotToEventId(3))).eventType).toBe('step_created');
+    } finally {
+      await world.close();
+    }
+  });
+
+  it('keeps the ids of a run created at a spec version before slots', async () => {
+    const { world, create, ids } = betaStorage();
+    try {
+      await create('wrun_old', { eventType: 'run_created', specVersion: beta.SPEC_VERSION_SUPPORTS_COMPRESSION, eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } });
+      await create('wrun_old', { eventType: 'run_started' });
+      const listed = await ids('wrun_old');
+      expect(listed).toHaveLength(2);
+      for (const id of listed) expect(beta.isSlotEventId(id)).toBe(false);
+    } finally {
+      await world.close();
+    }
+  });
+
+  it("commits a writer's stale eventCount at the next free position and reports the events it had not seen", async () => {
+    const { world, create } = betaStorage();
+    try {
+      await create('wrun_stale', { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } });
+      await create('wrun_stale', { eventType: 'run_started' });
+      await create('wrun_stale', { eventType: 'wait_created', correlationId: 'wait_1', eventData: { resumeAt: new Date() } });
+      // The writer had seen two events; a third was written meanwhile.
+      const late = await create('wrun_stale', { eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: new Uint8Array([2]) } }, { eventCount: 2 });
+      expect(late.event.eventId).toBe(beta.slotToEventId(4));
+      expect(late.events?.map((e) => [e.eventId, e.eventType])).toEqual([[beta.slotToEventId(3), 'wait_created']]);
+      expect(late.cursor).toBe(beta.slotToEventId(3));
+      expect(late.hasMore).toBe(false);
+      // A writer that had seen everything is told nothing more.
+      const current = await create('wrun_stale', { eventType: 'step_created', correlationId: 'step_2', eventData: { stepName: 's', input: new Uint8Array([3]) } }, { eventCount: 4 });
+      expect(current.event.eventId).toBe(beta.slotToEventId(5));
+      expect(current.events).toBeUndefined();
     } finally {
       await world.close();
     }

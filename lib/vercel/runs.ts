@@ -1,10 +1,17 @@
 // SDK runs as our event logs: each SDK event one envelope of the run's log, the run, step, hook
 // and wait entities folded from them, and each transition checked against the state it folds
 // and committed only if no other writer appended in between (`expectedSequence`).
+//
+// A run's event ids follow the scheme of the spec version it was created at, for its whole life.
+// From the line's slot-identity version on, an event's id is its position among the run's SDK
+// events (`evnt_` + the position, formatted by the line's own helper), dense from 1: the log is
+// dense, each position taken at the commit that occupies it, so no position is ever left empty
+// (a sealed log by construction). Runs of earlier versions keep ids made of their envelope's
+// sequence.
 import type { Event, EventResult, Hook, Step, Wait, WorkflowRun } from '@workflow/world';
 import { EntityConflictError, HookNotFoundError, RunExpiredError, RunNotSupportedError, TooEarlyError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
-import { eventIdOf, logOfRun, parseEventId, ulid } from './ids.js';
-import { installedLine } from './line.js';
+import { eventIdOf, logOfRun, ulid } from './ids.js';
+import { installedLine, type SdkLine } from './line.js';
 import { append, decode, defineField, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
 
 /** Index names: runs by status and by workflow name, hook tokens and ids, correlation ids. */
@@ -38,6 +45,8 @@ export type RunState = {
   lastSequence: number;
   /** The id of the envelope at `lastSequence`. */
   lastEventId?: string;
+  /** Whether the run's event ids are slots (decided by the spec version it was created at). */
+  slotIds?: boolean;
 };
 
 function emptyState(): RunState {
@@ -259,7 +268,11 @@ export class RunCache {
   private readonly turns = new Map<string, Promise<unknown>>();
   private readonly forgetful: boolean;
 
-  constructor(private readonly world: World) {
+  /** @param line The SDK line served (default: the app's). */
+  constructor(
+    private readonly world: World,
+    readonly line: SdkLine = installedLine(),
+  ) {
     this.forgetful = world.kind === 'postgres';
   }
 
@@ -290,7 +303,12 @@ export class RunCache {
 
   private applyEnvelope(state: RunState, _sdkRunId: string, events: SdkEvent[], env: EventEnvelope): void {
     if (env.sequence !== state.lastSequence + 1) throw new Error(`event ${env.sequence} folded out of order after ${state.lastSequence}`);
-    for (const e of events) apply(state, e);
+    const slots = this.line.slots;
+    for (const e of events) {
+      if (state.events.length === 0) state.slotIds = slots !== undefined && typeof e.specVersion === 'number' && e.specVersion >= slots.fromSpecVersion;
+      if (state.slotIds) e.eventId = (slots as NonNullable<typeof slots>).eventId(state.events.length + 1);
+      apply(state, e);
+    }
     state.lastSequence = env.sequence;
     state.lastEventId = env.eventId;
   }
@@ -352,7 +370,7 @@ type Decision<T> =
   | { kind: 'done'; value: T }
   | ({ kind: 'append'; onIndexConflict?: (holderRunId: string | undefined) => Promise<Commit<T> | undefined> } & Commit<T>);
 
-type CreateParams = { resolveData?: ResolveData; sinceCursor?: string; skipPreload?: boolean };
+type CreateParams = { resolveData?: ResolveData; sinceCursor?: string; skipPreload?: boolean; eventCount?: number };
 type EventRequest = { eventType: string; correlationId?: string; specVersion?: number; eventData?: Data };
 
 /** A run's entities as `events.create` returns them. */
@@ -405,8 +423,8 @@ function correlationIndex(sdkRunId: string, state: RunState, cid: string | undef
  * The SDK's own rules for run attributes (reserved keys, sizes, count): its
  * `AttributeValidationError`. A line without attributes (4.x) has no rules, and sends none.
  */
-async function checkAttributes(changes: { key: string; value: unknown }[], allowReservedAttributes: boolean, existingKeys?: string[]): Promise<void> {
-  installedLine().validateAttributeChanges?.(changes, { allowReservedAttributes, existingKeys });
+function checkAttributes(line: SdkLine, changes: { key: string; value: unknown }[], allowReservedAttributes: boolean, existingKeys?: string[]): void {
+  line.validateAttributeChanges?.(changes, { allowReservedAttributes, existingKeys });
 }
 
 /** `events.create`: check the event against the run's state and append it. */
@@ -417,7 +435,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
   else if (!runIdArg) throw new WorkflowWorldError('runId is required for non-run_created events', { status: 400 });
   else sdkRunId = runIdArg;
   if (!/^[A-Za-z0-9_-]{1,76}$/.test(sdkRunId)) throw new WorkflowWorldError(`invalid runId ${JSON.stringify(sdkRunId)}`, { status: 400 });
-  const line = installedLine();
+  const line = cache.line;
   const specVersion = data.specVersion ?? line.minted();
   const req: EventRequest = { ...data, specVersion };
   const cid = data.correlationId;
@@ -426,9 +444,9 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
   }
   const type = `${TYPE_PREFIX}${eventType}`;
 
-  return cache.transition<EventResult>(sdkRunId, async (state) => {
+  const decide = async (state: RunState): Promise<Decision<EventResult>> => {
     const one = (events: SdkEvent[], s: RunState) => resultOf(s, events[events.length - 1], params);
-    const plain = async (index: IndexWrite[] = [], created?: Data): Promise<Decision<EventResult>> => ({
+    const plain = async (index: IndexWrite[] = [], created?: Data): Promise<Extract<Decision<EventResult>, { kind: 'append' }>> => ({
       kind: 'append',
       type,
       payload: await payloadOf(world, sdkRunId, req, created),
@@ -439,7 +457,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
     if (eventType === 'run_created') {
       if (state.run !== undefined || state.lastSequence > 0) throw new EntityConflictError(`Workflow run "${sdkRunId}" already exists`);
       const d = req.eventData ?? {};
-      await checkAttributes(Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
+      checkAttributes(line, Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
       return plain([
         { index: INDEX.runStatus, key: sdkRunId, value: 'pending' },
         { index: INDEX.runName, key: sdkRunId, value: indexText(String(d.workflowName)) },
@@ -451,7 +469,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
     const d = req.eventData ?? {};
     // Resilient start: a run_started carrying the run's input creates the run it starts.
     if (eventType === 'run_started' && run === undefined && typeof d.deploymentId === 'string' && typeof d.workflowName === 'string' && d.input !== undefined) {
-      await checkAttributes(Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
+      checkAttributes(line, Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
       created = {
         eventType: 'run_created',
         specVersion,
@@ -515,7 +533,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
       case 'run_cancelled':
         return plain(statusIndex(sdkRunId, state, 'cancelled'));
       case 'attr_set': {
-        await checkAttributes((d.changes as { key: string; value: unknown }[] | undefined) ?? [], d.allowReservedAttributes === true, Object.keys(run?.attributes ?? {}));
+        checkAttributes(line, (d.changes as { key: string; value: unknown }[] | undefined) ?? [], d.allowReservedAttributes === true, Object.keys(run?.attributes ?? {}));
         if (cid !== undefined && (d.writer as Data | undefined)?.type === 'workflow' && state.attrEvents.has(cid)) {
           throw new EntityConflictError(`Attribute event "${cid}" already exists`);
         }
@@ -625,14 +643,48 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
       default:
         throw new WorkflowWorldError(`unknown event type ${JSON.stringify(eventType)}`, { status: 400 });
     }
-  });
+  };
+  return cache.transition<EventResult>(sdkRunId, async (state) => reportingSkipped(await decide(state), params));
 }
 
 /** An event of a run by its SDK id. */
 export function findEvent(state: RunState, eventId: string): SdkEvent | undefined {
-  const at = parseEventId(eventId);
-  if (at === undefined) return undefined;
   return state.events.find((e) => e.eventId === eventId);
+}
+
+/**
+ * `decision` with its results reporting, when the writer's `eventCount` was stale, the events it
+ * had not seen: a stale count never refuses a write, which commits at the next free position, and
+ * the events between the position asked for and the one taken come back in `events`.
+ */
+function reportingSkipped(decision: Decision<EventResult>, params: CreateParams | undefined): Decision<EventResult> {
+  const seen = params?.eventCount;
+  if (decision.kind !== 'append' || typeof seen !== 'number' || !Number.isSafeInteger(seen) || seen < 0) return decision;
+  const report =
+    (result: Commit<EventResult>['result']): Commit<EventResult>['result'] =>
+    (events, state) => {
+      const r = result(events, state) as EventResult & Data;
+      // The position of the first event this write committed.
+      const first = state.events.length - events.length + 1;
+      if (r.events === undefined && first > seen + 1) {
+        const skipped = state.events.slice(seen, first - 1).map((e) => strip(e, params?.resolveData));
+        r.events = skipped;
+        r.cursor = skipped[skipped.length - 1].eventId;
+        r.hasMore = false;
+      }
+      return r;
+    };
+  const onIndexConflict = decision.onIndexConflict;
+  return {
+    ...decision,
+    result: report(decision.result),
+    onIndexConflict:
+      onIndexConflict &&
+      (async (holder) => {
+        const other = await onIndexConflict(holder);
+        return other && { ...other, result: report(other.result) };
+      }),
+  };
 }
 
 export type { SdkEvent };
