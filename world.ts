@@ -59,7 +59,19 @@ export {
 } from './lib/locks.js';
 export { listRuns, queryRuns, verifyWorld, type QueryRunsOptions, type RunPage, type RunSummary, type VerifyOptions, type VerifyProblem, type VerifyReport } from './lib/inspect.js';
 export { subscribe, type SubscribeOptions } from './lib/subscribe.js';
-export { backupWorld, compactWorld, deleteRun, pruneRuns, type DeletedRun, type PrunedRuns, type PruneRunsOptions } from './lib/lifecycle.js';
+export {
+  backupWorld,
+  compactWorld,
+  deleteRun,
+  exportRuns,
+  importRuns,
+  pruneRuns,
+  type DeletedRun,
+  type ExportRunsOptions,
+  type ImportedRuns,
+  type PrunedRuns,
+  type PruneRunsOptions,
+} from './lib/lifecycle.js';
 export {
   appendRunEvent,
   appendSessionEvent,

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `little`: look into a world from the command line, and prune it.
+// `little`: look into a world from the command line, prune it, and carry runs between worlds.
 //
 //   little events <runId>    one canonical JSON envelope per line (for jq)
 //   little replay <runId>    the materialized state as JSON
@@ -8,13 +8,16 @@
 //                            time (--status, --before, --after, --order, --limit)
 //   little serve             the inspector page and a read-only API (Server-Sent Events)
 //   little backup --to DIR   copy a local world into a new or empty directory
+//   little export [runId…]   write runs as an archive (JSON Lines), to stdout or --out FILE
+//   little import [FILE]     read an archive (stdin by default)         (changes the world)
 //   little delete <runId…>   delete runs and what they own             (changes the world)
 //   little prune             delete the runs that ended before a time  (changes the world)
 //   little compact           give the space deleted runs freed back    (changes the world)
 //
 // Every command takes --data-dir DIR (default ./.little-workflow), or --database-url URL (or
-// LITTLE_DATABASE_URL) and --schema NAME for a PostgreSQL world, and --help. All but delete, prune
-// and compact open the world read-only. Those three print what they did as one JSON line, and
+// LITTLE_DATABASE_URL) and --schema NAME for a PostgreSQL world, and --help. All but import,
+// delete, prune and compact open the world read-only. Those four print what they did as one JSON
+// line, and
 // without --yes (or prune's --dry-run) change nothing, say what they would do and exit 2: they
 // never prompt, so that a script or CI job cannot hang on them.
 // Exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read or
@@ -40,8 +43,11 @@ commands:
   serve             serve the inspector and a read-only API of every run: on loopback only,
                     or with a token (little serve --help)
   backup --to DIR   copy a local world into a new or empty directory (PostgreSQL: pg_dump)
+  export [runId…]   write runs as an archive, to stdout or --out FILE (--status,
+                    --ended-before: little export --help)
 
 commands that change the world (each needs --yes, and prints what it did as one JSON line):
+  import [FILE]     read an archive into the world (from stdin by default)
   delete <runId…>   delete runs (or sessions), their events and the artifacts only they use
   prune             delete the runs that ended before a time (--ended-before 30d; --dry-run
                     lists them and changes nothing)
@@ -51,9 +57,9 @@ options:
 ${WORLD_HELP}
   -h, --help            show help for a command
 
-events, replay, verify, runs, serve and backup only read: they open the world read-only and
-never change it. delete, prune and compact open it as a writer (a world an earlier version wrote
-is upgraded); without --yes they change nothing, say what they would do and exit 2.
+events, replay, verify, runs, serve, backup and export only read: they open the world read-only
+and never change it. import, delete, prune and compact open it as a writer (a world an earlier
+version wrote is upgraded); without --yes they change nothing, say what they would do and exit 2.
 
 exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read or
 changed (such as a run locked by another process), or a replay refused; 2 a usage error,
@@ -95,6 +101,30 @@ event store as of one commit, then the artifacts and outer-loop manifests. The c
 its own (little verify --data-dir DIR checks it). Reads the world read-only and changes nothing
 in it. Prints {"backup":DIR,"runs":N} (N: the runs in the copy). A PostgreSQL world is backed up
 with pg_dump instead.`,
+  export: `usage: little export [runId…] [--status S,S] [--ended-before WHEN] [--out FILE]
+                    [world options]
+
+Writes the runs named (or those of --status, or those that ended before WHEN; every run when none
+is given) as an archive: JSON Lines holding each run's envelopes exactly as stored, its index
+entries and its artifacts (the format: docs/archive.md in the package). To standard output, or to
+FILE, written whole or not at all. Reads the world read-only and changes nothing in it. With
+--out, prints one JSON line: {"export":FILE,"runs":N,"bytes":N}.
+
+  --status S,S          only runs in one of these statuses
+  --ended-before WHEN   only runs that ended (completed, failed, cancelled, timed_out, or one of
+                        --status) before WHEN: an ISO time, or an age such as 30d
+  --out FILE            write the archive to FILE instead of standard output`,
+  import: `usage: little import [FILE] --yes [world options]
+
+Changes the world: reads an archive that little export wrote (from FILE, or standard input) into
+the world, from any kind of world to any other. Every event is kept byte for byte and re-checked
+(event ids, digests, dense sequences, the append rules, artifact hashes). A damaged or cut-short
+archive is refused with an error naming the run and the line: nothing of that run is written, and
+the runs before it stay imported. Importing an archive again changes nothing; a run the world
+holds the start of gets the rest; a run whose events differ is refused and left as it is.
+Without --yes it changes nothing, says what it would do and exits 2.
+Prints one JSON line: {"runs":N,"events":N,"artifacts":N,"unchanged":N} (unchanged: runs the
+world held whole already).`,
   delete: `usage: little delete <runId…> --yes [world options]
 
 Changes the world: deletes each run (or session) and everything it owns, its events, index
@@ -165,7 +195,7 @@ async function requireRun(lib, world, runId, label) {
 class NeedsYes extends Error {}
 
 /** The commands that change a world: they open it as a writer, and run only with --yes. */
-const CHANGES = new Set(['delete', 'prune', 'compact']);
+const CHANGES = new Set(['import', 'delete', 'prune', 'compact']);
 
 /** The run ids `little delete` names, each once, in the order given. */
 function deleteIds(lib, positionals) {
@@ -217,6 +247,42 @@ function pruneOptions(values) {
   return opts;
 }
 
+/** The exportRuns options `little export`'s flags and arguments ask for. */
+function exportOptions(lib, values, positionals) {
+  const opts = {};
+  if (positionals.length > 0) {
+    if (values.status !== undefined || values['ended-before'] !== undefined) throw new UsageError('name runs, or give --status / --ended-before, not both');
+    for (const id of positionals) runIdArg(lib, [id], true);
+    opts.runIds = [...new Set(positionals)];
+  }
+  if (values.status !== undefined) {
+    opts.status = values.status.split(',').map((s) => s.trim());
+    if (opts.status.some((s) => s === '')) throw new UsageError(`invalid --status ${JSON.stringify(values.status)}: expected status names separated by commas (completed,failed)`);
+  }
+  if (values['ended-before'] !== undefined) opts.endedBefore = endedBeforeArg(values['ended-before']);
+  if (values.out === '') throw new UsageError('--out needs a file name');
+  return opts;
+}
+
+/** Reports a long transfer's progress on standard error, when that is a terminal. */
+function progress(verb) {
+  if (!process.stderr.isTTY) return { add() {}, done() {} };
+  let bytes = 0;
+  let said = Date.now();
+  return {
+    add(n) {
+      bytes += n;
+      if (Date.now() - said >= 1000) {
+        said = Date.now();
+        process.stderr.write(`\rlittle: ${verb} ${(bytes / 1048576).toFixed(1)} MB`);
+      }
+    },
+    done() {
+      if (bytes > 0) process.stderr.write('\n');
+    },
+  };
+}
+
 /** `a`, `a and b`, `a, b and c`. */
 function listed(items) {
   return items.length < 2 ? items.join('') : `${items.slice(0, -1).join(', ')} and ${items[items.length - 1]}`;
@@ -229,6 +295,8 @@ function wouldChange(command, values, positionals, label) {
       const ids = [...new Set(positionals)];
       return `would delete ${listed(ids)} from ${label}, with ${ids.length === 1 ? 'its' : 'their'} events and the artifacts no other run refers to; nothing was changed. Pass --yes to delete ${ids.length === 1 ? 'it' : 'them'}`;
     }
+    case 'import':
+      return `would read the archive ${positionals[0] === undefined ? 'on standard input' : JSON.stringify(positionals[0])} into ${label}; nothing was read or changed. Pass --yes to import it`;
     case 'prune': {
       const o = pruneOptions(values);
       const which = o.statuses === undefined ? 'that has ended' : `that ended as ${o.statuses.join(' or ')}`;
@@ -302,6 +370,8 @@ const COMMAND_OPTIONS = {
   verify: { thorough: { type: 'boolean' } },
   runs: RUNS_OPTIONS,
   backup: { to: { type: 'string' } },
+  export: { status: { type: 'string' }, 'ended-before': { type: 'string' }, out: { type: 'string' } },
+  import: { yes: { type: 'boolean' } },
   delete: { yes: { type: 'boolean' } },
   prune: {
     'ended-before': { type: 'string' },
@@ -324,6 +394,13 @@ function checkArgs(lib, command, values, positionals) {
     if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
   }
   if (command === 'delete') deleteIds(lib, positionals);
+  if (command === 'export') exportOptions(lib, values, positionals);
+  if (command === 'import') {
+    if (positionals.length > 1) throw new UsageError(`unexpected argument: ${positionals[1]}`);
+    if (positionals[0] !== undefined && !statSync(positionals[0], { throwIfNoEntry: false })?.isFile()) {
+      throw new UsageError(`${positionals[0]} is not a file: name an archive that little export wrote, or give none to read standard input`);
+    }
+  }
   if (command === 'compact' && positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
   if (command === 'backup') {
     if (values.to === undefined || values.to === '') throw new UsageError('--to DIR is required: the new or empty directory to copy the world into');
@@ -411,6 +488,63 @@ const COMMANDS = {
       await copy.close();
     }
     await out(JSON.stringify({ backup: dir, runs }));
+    return 0;
+  },
+  async export(lib, world, positionals, values) {
+    const opts = exportOptions(lib, values, positionals);
+    const shown = progress('exported');
+    if (values.out === undefined) {
+      for await (const piece of lib.exportRuns(world, opts)) {
+        shown.add(piece.byteLength);
+        if (!process.stdout.write(piece)) await new Promise((res) => process.stdout.once('drain', res));
+      }
+      shown.done();
+      return 0;
+    }
+    // Written beside the file and renamed over it once whole: FILE is the whole archive or absent.
+    const file = resolve(values.out);
+    const temp = `${file}.${process.pid}.tmp`;
+    const { open, rename, rm } = require('node:fs/promises');
+    const handle = await open(temp, 'w');
+    let bytes = 0;
+    let last;
+    try {
+      for await (const piece of lib.exportRuns(world, opts)) {
+        await handle.write(piece);
+        bytes += piece.byteLength;
+        last = piece;
+        shown.add(piece.byteLength);
+      }
+      await handle.sync();
+      await handle.close();
+      await rename(temp, file);
+    } catch (err) {
+      await handle.close().catch(() => {});
+      await rm(temp, { force: true });
+      throw err;
+    }
+    shown.done();
+    // The archive's last line counts its runs.
+    const tail = Buffer.from(last).toString('utf8').trimEnd();
+    const runs = JSON.parse(tail.slice(tail.lastIndexOf('\n') + 1)).runs;
+    await out(JSON.stringify({ export: file, runs, bytes }));
+    return 0;
+  },
+  async import(lib, world, positionals) {
+    const { createReadStream } = require('node:fs');
+    const source = positionals[0] === undefined ? process.stdin : createReadStream(resolve(positionals[0]));
+    const shown = progress('imported');
+    const counted = (async function* () {
+      for await (const piece of source) {
+        shown.add(piece.byteLength);
+        yield piece;
+      }
+    })();
+    try {
+      await out(JSON.stringify(await lib.importRuns(world, counted)));
+    } finally {
+      shown.done();
+    }
     return 0;
   },
   async delete(lib, world, positionals) {
@@ -506,9 +640,10 @@ async function main(argv) {
   // A change without --yes is refused before the world is opened, so that the refusal cannot
   // change it either, not even by upgrading its schema.
   if (values.yes !== true && values['dry-run'] !== true) {
-    throw new NeedsYes(`${command}: ${wouldChange(command, values, positionals, worldTarget(values).label)}`);
+    throw new NeedsYes(`${command}: ${wouldChange(command, values, positionals, worldTarget(values, process.env, { create: command === 'import' }).label)}`);
   }
-  const { world, label, target } = await openWritableWorld(lib, values);
+  // An import may start a world: into a new data directory, or a new schema.
+  const { world, label, target } = await openWritableWorld(lib, values, process.env, { create: command === 'import' });
   try {
     return await run(lib, world, positionals, values, label, target);
   } finally {

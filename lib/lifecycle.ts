@@ -1,6 +1,7 @@
 // Operating a world over time: deleting a run, pruning the runs that ended, giving freed space
-// back, and backing up a local world while it is written. The rules are the core's.
-import { call, checkRunIdType, invalid } from './errors.js';
+// back, backing up a local world while it is written, and carrying runs between worlds as an
+// archive. The rules are the core's.
+import { call, callSync, checkRunIdType, invalid } from './errors.js';
 import { frozen, options } from './json.js';
 import type { RunLock } from './locks.js';
 import { nativeOf, wakeSubscribers, type World } from './worlds.js';
@@ -129,4 +130,108 @@ export async function backupWorld(world: World, dir: string): Promise<void> {
   const handle = nativeOf(world);
   if (typeof dir !== 'string' || dir.length === 0) invalid('dir', 'must be a directory path');
   await call(() => handle.backup(dir));
+}
+
+/** Which runs {@link exportRuns} writes; every run when none of these is given. */
+export interface ExportRunsOptions {
+  /** These runs (or sessions), in this order. Not with `status` or `endedBefore`. */
+  runIds?: readonly string[];
+  /** The runs of these statuses. */
+  status?: readonly string[];
+  /** The runs that ended (a terminal status, or one of `status`) before this time. */
+  endedBefore?: string | Date;
+}
+
+/** What {@link importRuns} changed. */
+export type ImportedRuns = {
+  /** Runs that gained events: new ones, and ones the world held a prefix of. */
+  readonly runs: number;
+  readonly events: number;
+  /** Artifacts published (one the world held already is not counted). */
+  readonly artifacts: number;
+  /** Runs the world held whole already, left as they were. */
+  readonly unchanged: number;
+};
+
+/**
+ * The archive of a world's runs, streamed: JSON Lines, each run's envelopes exactly as stored,
+ * its index entries and its artifacts (format: docs/archive.md). Each iteration writes a new
+ * archive, a piece of about 1 MiB at a time, so memory stays small whatever the world holds. An
+ * export reads committed runs as they stand when it reaches each one.
+ */
+export function exportRuns(world: World, opts?: ExportRunsOptions): AsyncIterable<Uint8Array> {
+  const handle = nativeOf(world);
+  const o = options(opts, 'exportRuns options', ['runIds', 'status', 'endedBefore']);
+  const request: Record<string, unknown> = {};
+  if (o.runIds !== undefined) {
+    if (!Array.isArray(o.runIds) || !o.runIds.every((id) => typeof id === 'string')) invalid('runIds', 'must be an array of run ids');
+    for (const id of o.runIds) checkRunIdType(id);
+    request.runIds = [...o.runIds];
+  }
+  if (o.status !== undefined) {
+    if (!Array.isArray(o.status) || o.status.length === 0 || !o.status.every((s) => typeof s === 'string' && s.length > 0)) {
+      invalid('status', 'must be a non-empty array of status names');
+    }
+    request.status = [...o.status];
+  }
+  if (o.endedBefore !== undefined) request.endedBefore = isoTime('endedBefore', o.endedBefore);
+  const text = JSON.stringify(request);
+  // The options are judged now, by the core, so that a bad one is thrown here and not at the
+  // first read; each iteration then starts an export of its own.
+  callSync(() => handle.exportStart(text));
+  return {
+    async *[Symbol.asyncIterator]() {
+      const cursor = callSync(() => handle.exportStart(text));
+      for (;;) {
+        const piece = await call(() => handle.exportNext(cursor));
+        if (piece === undefined || piece === null) return;
+        yield piece;
+      }
+    },
+  };
+}
+
+/** Bytes handed to the core at a time by {@link importRuns}. */
+const IMPORT_PIECE = 1 << 20;
+
+/**
+ * Read an archive that {@link exportRuns} (or `little export`) wrote into this world, from any
+ * world kind to any other. Every event, sequence, `eventId`, `recordedAt`, key and digest is kept
+ * byte for byte, and re-checked: each event goes through the append rules again and must make the
+ * archive's envelope exactly, and each artifact must hash to its manifest. A damaged or truncated
+ * archive is refused with a typed error naming the run and the line; nothing of that run is
+ * committed, and the runs before it stay imported. Importing an archive again changes nothing; a
+ * run the world holds a prefix of gets the rest; a run whose events differ is refused
+ * (`EventSequenceConflictError`) and kept as it is.
+ */
+export async function importRuns(world: World, source: AsyncIterable<Uint8Array> | Iterable<Uint8Array>): Promise<ImportedRuns> {
+  const handle = nativeOf(world);
+  const iterable = source as { [Symbol.asyncIterator]?: unknown; [Symbol.iterator]?: unknown } | null;
+  if (iterable === null || typeof iterable !== 'object' || (typeof iterable[Symbol.asyncIterator] !== 'function' && typeof iterable[Symbol.iterator] !== 'function')) {
+    invalid('source', 'must be an iterable or async iterable of Uint8Array pieces (a file stream, process.stdin, exportRuns(world))');
+  }
+  const cursor = callSync(() => handle.importStart());
+  let held: Buffer[] = [];
+  let size = 0;
+  const push = async () => {
+    const bytes = held.length === 1 ? held[0] : Buffer.concat(held, size);
+    held = [];
+    size = 0;
+    await call(() => handle.importPush(cursor, bytes));
+  };
+  try {
+    for await (const piece of source) {
+      if (!ArrayBuffer.isView(piece) || Object.prototype.toString.call(piece) !== '[object Uint8Array]') {
+        invalid('source', 'must yield Uint8Array pieces');
+      }
+      held.push(Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength));
+      size += piece.byteLength;
+      if (size >= IMPORT_PIECE) await push();
+    }
+    if (size > 0) await push();
+    return frozen<ImportedRuns>(await call(() => handle.importFinish(cursor)));
+  } finally {
+    // Subscribers of the runs imported here find their new events.
+    wakeSubscribers(world);
+  }
 }

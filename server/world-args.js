@@ -25,9 +25,10 @@ class UsageError extends Error {}
 /**
  * The world the parsed options name, not yet opened. `--database-url` (or LITTLE_DATABASE_URL
  * when no --data-dir is given) selects a PostgreSQL world; otherwise the data directory must hold
- * a local world. The label, for messages, never holds a password.
+ * a local world, unless `create` (a command that may start a world, such as import). The label,
+ * for messages, never holds a password.
  */
-function worldTarget(values, env = process.env) {
+function worldTarget(values, env = process.env, { create = false } = {}) {
   const url = values['database-url'] ?? (values['data-dir'] === undefined ? env.LITTLE_DATABASE_URL : undefined);
   if (values['database-url'] !== undefined && values['data-dir'] !== undefined) {
     throw new UsageError('--data-dir and --database-url name two worlds: give one');
@@ -37,7 +38,7 @@ function worldTarget(values, env = process.env) {
   }
   if (values.schema !== undefined) throw new UsageError('--schema needs --database-url (or LITTLE_DATABASE_URL)');
   const dir = resolve(values['data-dir'] ?? '.little-workflow');
-  if (!existsSync(join(dir, 'events', 'events.db'))) {
+  if (!create && !existsSync(join(dir, 'events', 'events.db'))) {
     throw new UsageError(`no world at ${dir} (use --data-dir or --database-url to point at one)`);
   }
   return { kind: 'local', dir, label: dir };
@@ -62,11 +63,12 @@ function openWorld(lib, values, env = process.env) {
  * Opens the world the parsed options name as a writer, for the commands that change it; also
  * returns its target (worldTarget). A PostgreSQL world is first read through a read-only
  * connection: a writer creates the schema it names when it is absent, and a mistyped --schema
- * must fail as it does for the read-only commands, not make an empty world.
+ * must fail as it does for the read-only commands, not make an empty world. With `create`, the
+ * world is made when it is not there.
  */
-async function openWritableWorld(lib, values, env = process.env) {
-  const target = worldTarget(values, env);
-  if (target.kind === 'postgres') {
+async function openWritableWorld(lib, values, env = process.env, { create = false } = {}) {
+  const target = worldTarget(values, env, { create });
+  if (target.kind === 'postgres' && !create) {
     const probe = openTarget(lib, target, true);
     try {
       await lib.queryRuns(probe, { limit: 1 });

@@ -239,7 +239,9 @@ impl World {
         self.run(ticket, move || {
             let mut im = state.lock().unwrap_or_else(|p| p.into_inner());
             im.finish(&parts)?;
-            Ok(Output::Json(serde_json::to_string(&im.counts).expect("counts serialize")))
+            Ok(Output::Json(
+                serde_json::to_string(&im.counts).expect("counts serialize"),
+            ))
         })
     }
 }
@@ -265,7 +267,10 @@ impl Exporter {
                 let last = parts.reader.last_sequence(&run_id)?;
                 if last == 0 {
                     if self.page.is_none() {
-                        return Err(WorldError::validation("runIds", format!("{run_id} is not in the world")));
+                        return Err(WorldError::validation(
+                            "runIds",
+                            format!("{run_id} is not in the world"),
+                        ));
                     }
                     continue; // Deleted since the catalog listed it.
                 }
@@ -402,7 +407,16 @@ impl Importer {
         }
         let result = (|| {
             if !self.partial.is_empty() {
+                // The last line may end without a newline; a line cut short does not read.
                 let last = std::mem::take(&mut self.partial);
+                let run = self.run.as_ref().map(|r| r.run_id.clone());
+                if archive::parse(&last, None, 0).is_err() {
+                    return Err(damaged(
+                        run.as_deref(),
+                        self.line + 1,
+                        "the archive ends in the middle of this line: it was cut short",
+                    ));
+                }
                 self.line_read(parts, &last)?;
             }
             if !self.ended {
@@ -447,7 +461,11 @@ impl Importer {
                 return Err(damaged(None, line, "the archive does not start with its archive line"));
             };
             if format != archive::FORMAT {
-                return Err(damaged(None, line, format!("the format is {format:?}, not {:?}", archive::FORMAT)));
+                return Err(damaged(
+                    None,
+                    line,
+                    format!("the format is {format:?}, not {:?}", archive::FORMAT),
+                ));
             }
             if version != archive::VERSION {
                 return Err(damaged(
@@ -464,7 +482,10 @@ impl Importer {
         }
         match record {
             Record::Archive { .. } => return Err(misplaced("a second archive line")),
-            Record::Run { run_id: id, last_sequence } => {
+            Record::Run {
+                run_id: id,
+                last_sequence,
+            } => {
                 if self.run.is_some() {
                     return Err(misplaced("a run line inside another run"));
                 }
@@ -483,7 +504,7 @@ impl Importer {
                 let Some(run) = self.run.as_mut() else {
                     return Err(misplaced("an event outside a run"));
                 };
-                run.events.push((line, envelope.get().to_string()));
+                run.events.push((line, envelope.to_string()));
             }
             Record::Artifact { manifest, bytes } => {
                 let Some(run) = self.run.as_mut() else {
@@ -528,7 +549,10 @@ impl Importer {
                 };
                 let counted = [
                     (id == run.run_id, "names another run"),
-                    (events == run.events.len() as u64, "counts other events than the run holds"),
+                    (
+                        events == run.events.len() as u64,
+                        "counts other events than the run holds",
+                    ),
                     (
                         run.last_sequence == run.events.len() as u64,
                         "follows a run whose lastSequence is not its number of events",
@@ -565,7 +589,10 @@ impl Importer {
                     return Err(damaged(
                         None,
                         line,
-                        format!("the archive-end line counts {runs} runs, but the archive holds {}", self.read),
+                        format!(
+                            "the archive-end line counts {runs} runs, but the archive holds {}",
+                            self.read
+                        ),
                     ));
                 }
                 self.ended = true;
@@ -609,7 +636,11 @@ fn commit_run(parts: &Parts, run: &Incoming) -> Result<Option<u64>> {
     let mut writes: HashMap<u64, Vec<IndexWrite>> = HashMap::new();
     for (line, e) in &run.index {
         if e.sequence == 0 || e.sequence > run.events.len() as u64 {
-            return Err(damaged(Some(id), *line, "the index entry names a sequence the run does not hold"));
+            return Err(damaged(
+                Some(id),
+                *line,
+                "the index entry names a sequence the run does not hold",
+            ));
         }
         if e.sequence > held {
             writes.entry(e.sequence).or_default().push(IndexWrite {
@@ -635,9 +666,9 @@ fn commit_run(parts: &Parts, run: &Incoming) -> Result<Option<u64>> {
                 run_id,
                 sequence: expected + 1,
             },
-            WorldError::EventLogCorrupt {
-                sequence: Some(s), ..
-            } if s > held && s <= run.events.len() as u64 => at_line(e, id, run.events[(s - 1) as usize].0),
+            WorldError::EventLogCorrupt { sequence: Some(s), .. } if s > held && s <= run.events.len() as u64 => {
+                at_line(e, id, run.events[(s - 1) as usize].0)
+            }
             other => other,
         })?;
     }
@@ -646,7 +677,13 @@ fn commit_run(parts: &Parts, run: &Incoming) -> Result<Option<u64>> {
 }
 
 /// An archived envelope's append, prepared again as the caller's was.
-fn prepare_stored(parts: &Parts, run: &str, sequence: u64, text: &str, index: Vec<IndexWrite>) -> Result<ImportedEvent> {
+fn prepare_stored(
+    parts: &Parts,
+    run: &str,
+    sequence: u64,
+    text: &str,
+    index: Vec<IndexWrite>,
+) -> Result<ImportedEvent> {
     let corrupt = |reason: String| WorldError::EventLogCorrupt {
         run_id: Some(run.to_string()),
         sequence: Some(sequence),
@@ -665,8 +702,8 @@ fn prepare_stored(parts: &Parts, run: &str, sequence: u64, text: &str, index: Ve
     catalog::check_time("recordedAt", &e.recorded_at).map_err(|_| corrupt("recordedAt is not an ISO time".into()))?;
     // A session's events were appended as drafts (their type inside); a run's as facts.
     let (draft, payload_json) = if run.starts_with("ses_") {
-        let mut fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(e.payload.get())
-            .map_err(|_| corrupt("the payload is not an object".into()))?;
+        let mut fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(e.payload.get()).map_err(|_| corrupt("the payload is not an object".into()))?;
         fields.insert("type".into(), serde_json::Value::String(e.event_type.clone()));
         (Some(Stream::Session), serde_json::Value::Object(fields).to_string())
     } else {

@@ -231,9 +231,10 @@ impl Statements {
                     &format!(
                         "INSERT INTO {} AS r (run_id, last_sequence, first_recorded_at, last_recorded_at, \
                          input_tokens, output_tokens, cached_tokens, reasoning_tokens, status, written_after) \
-                         SELECT u.run_id, u.last, u.at, u.at, u.i, u.o, u.c, u.rt, u.st, u.after \
+                         SELECT u.run_id, u.last, u.first, u.at, u.i, u.o, u.c, u.rt, u.st, u.after \
                          FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-                         $8::text[], $9::int8[]) AS u(run_id, last, at, i, o, c, rt, st, after) ORDER BY u.run_id \
+                         $8::text[], $9::int8[], $10::text[]) AS u(run_id, last, at, i, o, c, rt, st, after, first) \
+                         ORDER BY u.run_id \
                          ON CONFLICT (run_id) DO UPDATE SET \
                          last_sequence = CASE WHEN r.last_sequence = excluded.written_after \
                          THEN excluded.last_sequence ELSE -1 END, written_after = excluded.written_after, \
@@ -256,6 +257,7 @@ impl Statements {
                         int_array.clone(),
                         text_array.clone(),
                         int_array.clone(),
+                        text_array.clone(),
                     ],
                 )
                 .await?,
@@ -493,7 +495,10 @@ impl PgWriter {
             if !w.runs.is_empty() {
                 let (ids, last, at, i, o, ca, rt, st, after) = w.run_columns();
                 c.client
-                    .execute(&c.st.put_runs, &[&ids, &last, &at, &i, &o, &ca, &rt, &st, &after])
+                    .execute(
+                        &c.st.put_runs,
+                        &[&ids, &last, &at, &i, &o, &ca, &rt, &st, &after, &w.first_recorded],
+                    )
                     .await
                     .map_err(fail("recording the streams' last sequences"))?;
             }

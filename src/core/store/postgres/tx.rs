@@ -141,6 +141,8 @@ pub(super) struct Writes<'a> {
     /// Each stream written to: its last sequence, its last `recordedAt`, its token counts, the
     /// change of its status, and the last sequence the group started after.
     pub runs: Vec<(&'a str, u64, &'a str, [u64; 4], StatusChange, u64)>,
+    /// The `recordedAt` of each stream's first row in the group (an import's rows differ in it).
+    pub first_recorded: Vec<&'a str>,
 }
 
 impl Writes<'_> {
@@ -335,6 +337,7 @@ impl<'a> PgTx<'a> {
             index_set: Default::default(),
             index_removed: Default::default(),
             runs: Vec::new(),
+            first_recorded: Vec::new(),
         };
         let mut runs: HashMap<&str, usize> = HashMap::new();
         for r in &self.rows {
@@ -351,6 +354,7 @@ impl<'a> PgTx<'a> {
                 let known = &self.known.runs[&r.run_id];
                 w.runs
                     .push((&r.run_id, 0, "", known.usage, StatusChange::Keep, known.last));
+                w.first_recorded.push(&r.recorded_at);
                 w.runs.len() - 1
             });
             w.runs[at].1 = r.sequence;

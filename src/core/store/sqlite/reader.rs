@@ -313,7 +313,10 @@ impl LogReader for SqliteReader {
             conn.prepare_cached(
                 "SELECT name, key, value, run_id, sequence FROM index_entries WHERE run_id = ?1 ORDER BY name, key",
             )
-            .and_then(|mut s| s.query_map([run_id], index_entry)?.collect::<rusqlite::Result<Vec<_>>>())
+            .and_then(|mut s| {
+                s.query_map([run_id], index_entry)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
             .map_err(|e| WorldError::sqlite("reading a run's index entries", e))
         })
     }
