@@ -188,3 +188,64 @@ describe('slot-numbered event ids on the 5.x beta line', () => {
     }
   });
 });
+
+describe('the optional run reads the 5.x beta may call', () => {
+  async function started(world: ReturnType<typeof createWorld>) {
+    const created = await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } } as never);
+    const runId = (created as { run: { runId: string } }).run.runId;
+    await world.events.create(runId, { eventType: 'run_started' } as never);
+    return runId;
+  }
+  type Runs = {
+    getMany(ids: string[]): Promise<({ runId: string } | null)[]>;
+    waitForTerminalStatus(id: string, params?: { timeoutMs?: number; signal?: AbortSignal }): Promise<{ status: string }>;
+    list(params: { status: string[] }): Promise<{ data: { runId: string }[] }>;
+  };
+
+  it('gets several runs at once, null for a missing one; lists by a set of statuses', async () => {
+    const world = createWorld({ dataDir: tempDir() });
+    try {
+      const runs = world.runs as unknown as Runs;
+      const a = await started(world);
+      const b = await started(world);
+      await world.events.create(b, { eventType: 'run_completed', eventData: { output: new Uint8Array([2]) } } as never);
+      expect((await runs.getMany([a, 'wrun_missing', b])).map((r) => r?.runId ?? null)).toEqual([a, null, b]);
+      expect((await runs.list({ status: [] })).data).toEqual([]);
+      expect((await runs.list({ status: ['completed'] })).data.map((r) => r.runId)).toEqual([b]);
+      expect((await runs.list({ status: ['running', 'completed'] })).data.map((r) => r.runId).sort()).toEqual([a, b].sort());
+    } finally {
+      await world.close();
+    }
+  });
+
+  it('waits for a run to end, gives it as it is when the time runs out, and refuses a missing run', async () => {
+    const world = createWorld({ dataDir: tempDir() });
+    try {
+      const runs = world.runs as unknown as Runs;
+      const runId = await started(world);
+      expect((await runs.waitForTerminalStatus(runId, { timeoutMs: 100 })).status).toBe('running');
+      const t0 = Date.now();
+      const waiting = runs.waitForTerminalStatus(runId, { timeoutMs: 30_000 });
+      setTimeout(() => void world.events.create(runId, { eventType: 'run_completed', eventData: { output: new Uint8Array([2]) } } as never), 200);
+      expect((await waiting).status).toBe('completed');
+      expect(Date.now() - t0).toBeLessThan(10_000);
+      await expect(runs.waitForTerminalStatus('wrun_missing')).rejects.toMatchObject({ name: 'WorkflowRunNotFoundError' });
+    } finally {
+      await world.close();
+    }
+  });
+
+  it("lists a correlation id's events in the run named", async () => {
+    const world = createWorld({ dataDir: tempDir() });
+    try {
+      const a = await started(world);
+      const b = await started(world);
+      for (const runId of [a, b]) await world.events.create(runId, { eventType: 'wait_created', correlationId: 'wait_1', eventData: { resumeAt: new Date() } } as never);
+      const listed = await world.events.listByCorrelationId({ correlationId: 'wait_1', runId: b } as never);
+      expect(listed.data.map((e) => e.runId)).toEqual([b]);
+      expect((await world.events.listByCorrelationId({ correlationId: 'wait_1' })).data).toHaveLength(2);
+    } finally {
+      await world.close();
+    }
+  });
+});

@@ -3,9 +3,15 @@
 import type { Hook, Step, Storage, WorkflowRun } from '@workflow/world';
 import { HookNotFoundError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
 import { createEvent, findEvent, INDEX, pageOf, RunCache, strip, type ResolveData, type RunState, type SdkEvent } from './runs.js';
-import { allIndexEntries, indexText, listIndexEntries, lookupIndexEntry, type World } from './store.js';
+import { logOfRun } from './ids.js';
+import { allIndexEntries, indexText, listIndexEntries, lookupIndexEntry, subscribe, type World } from './store.js';
 
 type Pagination = { limit?: number; cursor?: string; sortOrder?: 'asc' | 'desc' };
+
+const TERMINAL_RUN = new Set(['completed', 'failed', 'cancelled']);
+const TERMINAL_RUN_TYPES = new Set(['workflow.run_completed', 'workflow.run_failed', 'workflow.run_cancelled']);
+/** The longest `runs.waitForTerminalStatus` holds a caller, whatever it asks for. */
+const WAIT_MAX_MS = 60_000;
 
 // Each entity is handed out as a copy (see `strip`): the run cache's own objects stay as stored.
 
@@ -71,18 +77,50 @@ export function createStorage(world: World, cache: RunCache): Storage {
     return undefined;
   }
 
+  const isNotFound = (err: unknown) => (err as { name?: unknown } | null)?.name === 'WorkflowRunNotFoundError';
+
   const runs = {
     async get(id: string, params?: { resolveData?: ResolveData }) {
       const state = await stateOf(id);
       return withoutRunData(state.run, params?.resolveData);
     },
-    async list(params?: { workflowName?: string; status?: string; pagination?: Pagination; resolveData?: ResolveData }) {
+    /** Several runs at once, in the order asked, null for one that does not exist. */
+    async getMany(ids: readonly string[], params?: { resolveData?: ResolveData }) {
+      return Promise.all(ids.map((id) => stateOf(id).then((state) => withoutRunData(state.run, params?.resolveData), (err: unknown) => (isNotFound(err) ? null : Promise.reject(err)))));
+    },
+    /**
+     * The run once it is terminal, or as it is when `timeoutMs` (at most a minute) has passed or
+     * `signal` aborted: the run's log is followed live, committed events of other processes too.
+     */
+    async waitForTerminalStatus(id: string, params?: { resolveData?: ResolveData; timeoutMs?: number; signal?: AbortSignal }) {
+      const state = await stateOf(id);
+      if (!TERMINAL_RUN.has(state.run.status)) {
+        const ms = Math.min(Math.max(params?.timeoutMs ?? WAIT_MAX_MS, 0), WAIT_MAX_MS);
+        const stop = new AbortController();
+        const timer = setTimeout(() => stop.abort(), ms);
+        const signal = params?.signal !== undefined ? AbortSignal.any([stop.signal, params.signal]) : stop.signal;
+        try {
+          for await (const env of subscribe(world, logOfRun(id), { afterSequence: state.lastSequence, signal })) {
+            if (TERMINAL_RUN_TYPES.has(env.type)) break;
+          }
+        } finally {
+          clearTimeout(timer);
+          stop.abort();
+        }
+      }
+      return runs.get(id, params);
+    },
+    async list(params?: { workflowName?: string; status?: string | string[]; pagination?: Pagination; resolveData?: ResolveData }) {
       const order = params?.pagination?.sortOrder ?? 'desc';
       const limit = limitOf(params?.pagination, 200);
-      // One index answers the listing; the other filter (when both are given) is checked on the run.
-      const byStatus = params?.status !== undefined || params?.workflowName === undefined;
+      // A status may be one or a set of them; an empty set matches no run.
+      const statuses = params?.status === undefined ? undefined : new Set(Array.isArray(params.status) ? params.status : [params.status]);
+      if (statuses?.size === 0) return { data: [], cursor: null, hasMore: false };
+      const oneStatus = statuses?.size === 1 ? [...statuses][0] : undefined;
+      // One index answers the listing; the other filters are checked on the run.
+      const byStatus = oneStatus !== undefined || params?.workflowName === undefined;
       const index = byStatus ? INDEX.runStatus : INDEX.runName;
-      const value = byStatus ? params?.status : indexText(params?.workflowName as string);
+      const value = byStatus ? oneStatus : indexText(params?.workflowName as string);
       const data: WorkflowRun[] = [];
       let after = params?.pagination?.cursor;
       let hasMore = false;
@@ -93,7 +131,7 @@ export function createStorage(world: World, cache: RunCache): Storage {
           after = entry.key;
           if (state === undefined) continue;
           if (params?.workflowName !== undefined && state.run.workflowName !== params.workflowName) continue;
-          if (params?.status !== undefined && state.run.status !== params.status) continue;
+          if (statuses !== undefined && !statuses.has(state.run.status)) continue;
           if (data.length === limit) {
             hasMore = true;
             break outer;
@@ -134,11 +172,13 @@ export function createStorage(world: World, cache: RunCache): Storage {
       const p = params.pagination;
       return pageOf(state.events, p?.cursor, p?.limit ?? 1000, p?.sortOrder ?? 'asc', params.resolveData);
     },
-    async listByCorrelationId(params: { correlationId: string; pagination?: Pagination; resolveData?: ResolveData }) {
+    /** The events with a correlation id: of the run named (a correlation id is unique per run), else of every run. */
+    async listByCorrelationId(params: { correlationId: string; runId?: string; pagination?: Pagination; resolveData?: ResolveData }) {
       const cid = params.correlationId;
       const found: SdkEvent[] = [];
-      for (const entry of await allIndexEntries(world, INDEX.correlation, indexText(cid))) {
-        const state = await stateOf(entry.runId.slice(4)).catch(() => undefined);
+      const runIds = params.runId !== undefined ? [params.runId] : (await allIndexEntries(world, INDEX.correlation, indexText(cid))).map((entry) => entry.runId.slice(4));
+      for (const runId of runIds) {
+        const state = await stateOf(runId).catch(() => undefined);
         if (state !== undefined) for (const e of state.events) if (e.correlationId === cid) found.push(e);
       }
       // Across runs: by time, then by run and position.
