@@ -56,8 +56,9 @@ const runnable = needs(
 function prepare(line: (typeof LINES)[number]): string {
   const dir = join(app, 'lines', line.name);
   if (!isInstalled(line)) {
-    const lock = existsSync(join(dir, 'package-lock.json'));
-    const r = spawnSync(npm, [lock ? 'ci' : 'install', '--no-audit', '--no-fund', '--ignore-scripts'], { cwd: dir, encoding: 'utf8', timeout: 540_000 });
+    // `npm install` keeps to the committed lock file; `npm ci` refuses it, as npm 11 writes no
+    // entries for optional platform packages of a package whose install script it skipped.
+    const r = spawnSync(npm, ['install', '--no-audit', '--no-fund', '--ignore-scripts'], { cwd: dir, encoding: 'utf8', timeout: 540_000 });
     if (r.status !== 0) throw new Error(`installing the ${line.name} line failed:\n${r.stdout}\n${r.stderr}`);
   }
   const sources = ['workflows/demo.js', 'server.mjs'];
