@@ -33,6 +33,8 @@ export type VercelWorldOptions = {
 
 /** A World of the Workflow SDK, with an in-process handler hook as world-local has. */
 export type VercelWorld = SdkWorld & {
+  /** What the World does beyond the interface (read by the 5.x beta's runtime). */
+  capabilities: { hookResumeDedup: boolean };
   registerHandler(prefix: string, handler: (req: Request) => Promise<Response>): void;
   /** Resume the queue's pending messages, and look for them every 5 s, also after a first look that failed. */
   start(): Promise<void>;
@@ -52,6 +54,8 @@ export function createWorld(options: VercelWorldOptions = {}): VercelWorld {
   let closing: Promise<void> | undefined;
   return {
     specVersion: line.minted(),
+    // `hook_received` writes with one resume id collapse onto the event the first committed.
+    capabilities: { hookResumeDedup: true },
     processExitTriggersQueueRedelivery: false,
     ...storage,
     ...(line.worldLevelStreams ? createWorldLevelStreams(world) : { streams: createStreamer(world) }),

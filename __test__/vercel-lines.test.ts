@@ -249,3 +249,34 @@ describe('the optional run reads the 5.x beta may call', () => {
     }
   });
 });
+
+describe('hook resumes deduplicated by resume id', () => {
+  it("collapses writes of one resume onto the first's event, keeps its resumeId, and refuses it for another hook or payload", async () => {
+    const world = createWorld({ dataDir: tempDir() });
+    try {
+      expect(world.capabilities.hookResumeDedup).toBe(true);
+      const created = await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } } as never);
+      const runId = (created as { run: { runId: string } }).run.runId;
+      await world.events.create(runId, { eventType: 'run_started' } as never);
+      for (const [hook, token] of [['hook_a', 'tok_a'], ['hook_b', 'tok_b']]) {
+        await world.events.create(runId, { eventType: 'hook_created', correlationId: hook, eventData: { token } } as never);
+      }
+      const resume = (hook: string, digest: string, payload: number) =>
+        world.events.create(runId, { eventType: 'hook_received', correlationId: hook, eventData: { payload: new Uint8Array([payload]) } } as never, { resumeId: 'res_1', resumePayloadDigest: digest } as never) as Promise<{ event: { eventId: string; resumeId?: string } }>;
+      const [first, second] = await Promise.all([resume('hook_a', 'd1', 1), resume('hook_a', 'd1', 1)]);
+      expect(second.event.eventId).toBe(first.event.eventId);
+      expect(first.event.resumeId).toBe('res_1');
+      const listed = (await world.events.list({ runId })).data.filter((e) => e.eventType === 'hook_received');
+      expect(listed).toHaveLength(1);
+      expect((listed[0] as { resumeId?: string }).resumeId).toBe('res_1');
+      expect(Object.keys(listed[0])).not.toContain('resumePayloadDigest');
+      await expect(resume('hook_b', 'd1', 1)).rejects.toMatchObject({ name: 'EntityConflictError' });
+      await expect(resume('hook_a', 'd2', 2)).rejects.toMatchObject({ name: 'EntityConflictError' });
+      // Without a resume id, every write is a resume of its own.
+      await world.events.create(runId, { eventType: 'hook_received', correlationId: 'hook_a', eventData: { payload: new Uint8Array([3]) } } as never);
+      expect((await world.events.list({ runId })).data.filter((e) => e.eventType === 'hook_received')).toHaveLength(2);
+    } finally {
+      await world.close();
+    }
+  });
+});

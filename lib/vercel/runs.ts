@@ -27,7 +27,11 @@ export const INDEX = {
 const TYPE_PREFIX = 'workflow.';
 
 type Data = Record<string, unknown>;
-type SdkEvent = Event & { eventData?: Data; correlationId?: string };
+/**
+ * An SDK event as folded. `resumePayloadDigest` is this World's own record of a deduplicated
+ * resume, never handed out (see `strip`).
+ */
+type SdkEvent = Event & { eventData?: Data; correlationId?: string; resumeId?: string; resumePayloadDigest?: string };
 
 /** A hook, and whether it was disposed (a disposed hook keeps its id taken). */
 type HookState = { hook: Hook; live: boolean };
@@ -41,6 +45,8 @@ export type RunState = {
   /** Correlation ids seen, and workflow-written attribute events' ids. */
   correlations: Set<string>;
   attrEvents: Set<string>;
+  /** The `hook_received` event of each resume id (`resumeHook`'s idempotency key). */
+  resumes: Map<string, SdkEvent>;
   events: SdkEvent[];
   lastSequence: number;
   /** The id of the envelope at `lastSequence`. */
@@ -50,7 +56,7 @@ export type RunState = {
 };
 
 function emptyState(): RunState {
-  return { steps: new Map(), hooks: new Map(), waits: new Map(), correlations: new Set(), attrEvents: new Set(), events: [], lastSequence: 0 };
+  return { steps: new Map(), hooks: new Map(), waits: new Map(), correlations: new Set(), attrEvents: new Set(), resumes: new Map(), events: [], lastSequence: 0 };
 }
 
 const TERMINAL_RUN = new Set(['completed', 'failed', 'cancelled']);
@@ -82,6 +88,10 @@ export type ResolveData = 'all' | 'none';
  * and what the cache holds must stay as stored.
  */
 export function strip(event: SdkEvent, resolveData: ResolveData | undefined): SdkEvent {
+  if (event.resumePayloadDigest !== undefined) {
+    const { resumePayloadDigest: _digest, ...rest } = event;
+    return strip(rest as SdkEvent, resolveData);
+  }
   if (resolveData !== 'none' || event.eventData === undefined) return structuredClone(event);
   const field = REF_FIELD[event.eventType];
   if (field === undefined) return structuredClone(event);
@@ -107,6 +117,7 @@ function apply(state: RunState, e: SdkEvent): void {
     const step = state.steps.get(cid as string);
     if (step) state.steps.set(cid as string, { ...step, ...change(step), updatedAt: at } as Step);
   };
+  if (e.eventType === 'hook_received' && e.resumeId !== undefined) state.resumes.set(e.resumeId, e);
   switch (e.eventType) {
     case 'run_created':
       state.run = {
@@ -236,15 +247,24 @@ function sdkEvent(runId: string, sequence: number, part: number, eventType: stri
   if (typeof p.correlationId === 'string') e.correlationId = p.correlationId;
   if (typeof p.specVersion === 'number') e.specVersion = p.specVersion;
   if (isRecord(p.eventData)) e.eventData = p.eventData;
+  if (typeof p.resumeId === 'string') e.resumeId = p.resumeId;
+  if (typeof p.resumePayloadDigest === 'string') e.resumePayloadDigest = p.resumePayloadDigest;
   return e as unknown as SdkEvent;
 }
 
 /** What to store of an SDK event: everything but the ids and time our envelope has. */
-async function payloadOf(world: World, sdkRunId: string, e: { eventType: string; correlationId?: string; specVersion?: number; eventData?: unknown }, created?: Data): Promise<Data> {
+async function payloadOf(
+  world: World,
+  sdkRunId: string,
+  e: { eventType: string; correlationId?: string; specVersion?: number; eventData?: unknown; resumeId?: string; resumePayloadDigest?: string },
+  created?: Data,
+): Promise<Data> {
   const home = { world, runId: logOfRun(sdkRunId), name: `${e.eventType}.eventData` };
   const p: Data = {};
   if (e.correlationId !== undefined) p.correlationId = e.correlationId;
   if (e.specVersion !== undefined) p.specVersion = e.specVersion;
+  if (e.resumeId !== undefined) p.resumeId = e.resumeId;
+  if (e.resumePayloadDigest !== undefined) p.resumePayloadDigest = e.resumePayloadDigest;
   if (e.eventData !== undefined) p.eventData = await encode(e.eventData, home);
   if (created !== undefined) p.created = await encode(created, { ...home, name: `${created.eventType}.eventData` });
   return p;
@@ -370,7 +390,7 @@ type Decision<T> =
   | { kind: 'done'; value: T }
   | ({ kind: 'append'; onIndexConflict?: (holderRunId: string | undefined) => Promise<Commit<T> | undefined> } & Commit<T>);
 
-type CreateParams = { resolveData?: ResolveData; sinceCursor?: string; skipPreload?: boolean; eventCount?: number };
+type CreateParams = { resolveData?: ResolveData; sinceCursor?: string; skipPreload?: boolean; eventCount?: number; resumeId?: string; resumePayloadDigest?: string };
 type EventRequest = { eventType: string; correlationId?: string; specVersion?: number; eventData?: Data };
 
 /** A run's entities as `events.create` returns them. */
@@ -624,10 +644,25 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
       }
       case 'hook_received':
       case 'hook_disposed': {
+        const resumeId = eventType === 'hook_received' && typeof params?.resumeId === 'string' ? params.resumeId : undefined;
+        const digest = resumeId !== undefined && typeof params?.resumePayloadDigest === 'string' ? params.resumePayloadDigest : undefined;
+        // A resume written again (a retry, the queue's re-ensure) is the event its first write committed.
+        const resumed = resumeId !== undefined ? state.resumes.get(resumeId) : undefined;
+        if (resumed !== undefined) {
+          if (resumed.correlationId !== cid) throw new EntityConflictError(`hook_received resumeId "${resumeId}" already recorded for a different hook`);
+          if (digest !== undefined && resumed.resumePayloadDigest !== undefined && digest !== resumed.resumePayloadDigest) {
+            throw new EntityConflictError(`hook_received resumeId "${resumeId}" already recorded with a different payload`);
+          }
+          return { kind: 'done', value: { event: strip(resumed, params?.resolveData) } as EventResult };
+        }
         const h = cid === undefined ? undefined : state.hooks.get(cid);
         if (h === undefined || !h.live) throw new HookNotFoundError(cid ?? '');
         if (eventType === 'hook_disposed') return plain([{ index: INDEX.hookToken, key: indexText(h.hook.token), value: null }]);
-        return plain();
+        if (resumeId === undefined) return plain();
+        return {
+          ...(await plain()),
+          payload: await payloadOf(world, sdkRunId, { ...req, resumeId, resumePayloadDigest: digest }),
+        };
       }
       case 'wait_created':
         if (cid === undefined) throw new WorkflowWorldError('wait_created needs a correlationId', { status: 400 });
