@@ -1,8 +1,11 @@
 // The Vercel Workflow SDK's World: this package's (`@little-workflow/world/vercel`) against the
-// SDK's own local world (`@workflow/world-local`), on the same machine in one run. Prints figures
-// and ratios; asserts nothing.
+// SDK's own local world (`@workflow/world-local`), on the same machine in one run; and, given a
+// PostgreSQL server (LITTLE_TEST_DATABASE_URL, as scripts/with-postgres.mjs sets it), this
+// package's World on a PostgreSQL world against the SDK's own PostgreSQL world
+// (`@workflow/world-postgres` 4.3.7, of the stable line), both on that server at
+// `synchronous_commit=on` (durability `full`). Prints figures and ratios; asserts nothing.
 //
-//   node bench/vercel.mjs [rounds] [--suite]      (default 3 rounds)
+//   node scripts/with-postgres.mjs 'node bench/vercel.mjs [rounds] [--suite]'   (default 3 rounds)
 //
 // The workload: 100 runs at once, each making 20 `events.create` calls in order (run created and
 // started, five steps created, started and completed, a wait created and completed, the run
@@ -15,7 +18,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createWorld as littleWorld } from '@little-workflow/world/vercel';
+import { postgresWorld } from '@little-workflow/world';
 import { createWorld as localWorld, initDataDir } from '@workflow/world-local';
+import { createWorld as sdkPostgresWorld } from '@workflow/world-postgres';
+import pg from 'pg';
 import { machine, median } from './lib.mjs';
 
 const args = process.argv.slice(2);
@@ -64,25 +70,77 @@ async function workload(world) {
   return { create: t1 - t0, list: t2 - t1 };
 }
 
+const databaseUrl = process.env.LITTLE_TEST_DATABASE_URL;
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+/** The SDK PostgreSQL world's tables, made once by its own setup, emptied before each round. */
+async function sdkPostgresTables() {
+  const setup = spawnSync(process.execPath, [join(root, 'node_modules', '@workflow', 'world-postgres', 'bin', 'setup.js')], {
+    env: { ...process.env, WORKFLOW_POSTGRES_URL: databaseUrl },
+    encoding: 'utf8',
+  });
+  if (setup.status !== 0) throw new Error(`the SDK PostgreSQL world's setup failed:\n${setup.stdout}\n${setup.stderr}`);
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query("SELECT tablename FROM pg_tables WHERE schemaname = 'workflow'");
+    return rows.map((r) => `workflow."${r.tablename}"`);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Each kind of World measured: how to open one on a fresh store, and how to let it go. */
 const kinds = {
-  'little-workflow': async (dataDir) => littleWorld({ dataDir }),
-  'world-local': async (dataDir) => {
+  'little-workflow': async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'little-bench-vercel-'));
+    return { world: littleWorld({ dataDir }), done: () => rmSync(dataDir, { recursive: true, force: true }) };
+  },
+  'world-local': async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'little-bench-vercel-'));
     await initDataDir(dataDir);
-    return localWorld({ dataDir });
+    return { world: localWorld({ dataDir }), done: () => rmSync(dataDir, { recursive: true, force: true }) };
   },
 };
+const pairs = [['little-workflow', 'world-local', 'a local data directory']];
+if (databaseUrl !== undefined) {
+  const tables = await sdkPostgresTables();
+  let n = 0;
+  kinds['little-workflow (PostgreSQL)'] = async () => {
+    const schema = `bench_vercel_${process.pid}_${n++}`;
+    const store = postgresWorld({ connectionString: databaseUrl, schema, durability: 'full' });
+    const drop = async () => {
+      await store.close();
+      const client = new pg.Client({ connectionString: databaseUrl });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await client.end();
+    };
+    return { world: littleWorld({ world: store }), done: drop };
+  };
+  kinds['world-postgres 4.3.7'] = async () => {
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    await client.query(`TRUNCATE ${tables.join(', ')}`);
+    await client.end();
+    return { world: sdkPostgresWorld({ connectionString: databaseUrl }), done: () => {} };
+  };
+  pairs.push(['little-workflow (PostgreSQL)', 'world-postgres 4.3.7', 'one PostgreSQL server, synchronous_commit=on']);
+} else {
+  console.log('SKIPPED: the PostgreSQL worlds, for want of a server: run through scripts/with-postgres.mjs, or set LITTLE_TEST_DATABASE_URL');
+}
 
-const results = { 'little-workflow': [], 'world-local': [] };
+const results = Object.fromEntries(Object.keys(kinds).map((k) => [k, []]));
 for (let r = 0; r < rounds; r++) {
-  const order = r % 2 === 0 ? ['little-workflow', 'world-local'] : ['world-local', 'little-workflow'];
-  for (const kind of order) {
-    const dataDir = mkdtempSync(join(tmpdir(), 'little-bench-vercel-'));
-    const world = await kinds[kind](dataDir);
-    try {
-      results[kind].push(await workload(world));
-    } finally {
-      await world.close?.();
-      rmSync(dataDir, { recursive: true, force: true });
+  for (const [a, b] of pairs) {
+    for (const kind of r % 2 === 0 ? [a, b] : [b, a]) {
+      const { world, done } = await kinds[kind]();
+      try {
+        results[kind].push(await workload(world));
+      } finally {
+        await world.close?.();
+        await done();
+      }
     }
   }
 }
@@ -90,16 +148,18 @@ for (let r = 0; r < rounds; r++) {
 const fmt = (ms) => `${ms.toFixed(0)} ms`;
 console.log(machine());
 console.log(`${RUNS} runs x 20 events.create at once, then events.list of every run; median of ${rounds} rounds`);
-console.log('| measure | little-workflow | world-local | ratio |');
-console.log('| --- | ---: | ---: | ---: |');
-for (const [label, key] of [['events.create (2,000 calls)', 'create'], ['events.list (100 runs)', 'list']]) {
-  const ours = median(results['little-workflow'].map((x) => x[key]));
-  const theirs = median(results['world-local'].map((x) => x[key]));
-  console.log(`| ${label} | ${fmt(ours)} | ${fmt(theirs)} | ${(theirs / ours).toFixed(2)}x |`);
+for (const [ours, theirs, where] of pairs) {
+  console.log(`\nOn ${where}:`);
+  console.log(`| measure | ${ours} | ${theirs} | ratio |`);
+  console.log('| --- | ---: | ---: | ---: |');
+  for (const [label, key] of [['events.create (2,000 calls)', 'create'], ['events.list (100 runs)', 'list']]) {
+    const a = median(results[ours].map((x) => x[key]));
+    const b = median(results[theirs].map((x) => x[key]));
+    console.log(`| ${label} | ${fmt(a)} | ${fmt(b)} | ${(b / a).toFixed(2)}x |`);
+  }
 }
 
 if (suite) {
-  const root = fileURLToPath(new URL('..', import.meta.url));
   const timeSuite = (target) => {
     const t0 = performance.now();
     const run = spawnSync(process.execPath, [join(root, 'node_modules', 'vitest', 'vitest.mjs'), 'run', '__test__/vercel.test.ts'], {
