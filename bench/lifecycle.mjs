@@ -1,10 +1,11 @@
-// `node bench/lifecycle.mjs [--runs N] [--list] [--prune]`: a local world of N finished runs (two
-// events each, default 1,000,000) at durability `normal`:
+// `node bench/lifecycle.mjs [--runs N] [--list] [--prune] [--database-url URL]`: a local world (or,
+// with --database-url, a new schema of a PostgreSQL world) of N finished runs (two events each,
+// default 1,000,000) at durability `normal`:
 // - the runs catalog: the first `queryRuns` page of 100 (newest first), the first page of one
 //   status, a page deep in the listing (reached by its cursor), and, with `--list`, `listRuns` of
 //   every run for comparison; medians of 5 (and the first call, which folds the page's runs for
 //   their cost);
-// - with `--prune`: `backupWorld` of the whole world, then `pruneRuns` of every run while another
+// - with `--prune`: `backupWorld` of the whole world (a local one), then `pruneRuns` of every run while another
 //   caller appends to other runs one awaited append at a time: the prune's runs and events per
 //   second, and those appends' latencies (p50, p99, max).
 // Prints the peak RSS. Asserts nothing.
@@ -12,11 +13,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { appendEvent, backupWorld, listRuns, localWorld, pruneRuns, queryRuns } from '@little-workflow/world';
+import { appendEvent, backupWorld, listRuns, localWorld, postgresWorld, pruneRuns, queryRuns } from '@little-workflow/world';
 import { machine, median } from './lib.mjs';
 
 const { values } = parseArgs({
-  options: { runs: { type: 'string', default: '1000000' }, list: { type: 'boolean', default: false }, prune: { type: 'boolean', default: false } },
+  options: {
+    runs: { type: 'string', default: '1000000' },
+    list: { type: 'boolean', default: false },
+    prune: { type: 'boolean', default: false },
+    'database-url': { type: 'string' },
+  },
 });
 const runs = Number(values.runs);
 const dataDir = mkdtempSync(join(tmpdir(), 'little-lifecycle-'));
@@ -34,7 +40,9 @@ async function timed(f, times = 5) {
 
 try {
   console.log(machine());
-  const world = localWorld({ dataDir, durability: 'normal' });
+  const url = values['database-url'];
+  const world = url ? postgresWorld({ connectionString: url, schema: `bench_lifecycle_${process.pid}`, durability: 'normal' }) : localWorld({ dataDir, durability: 'normal' });
+  console.log(url ? 'a PostgreSQL world' : 'a local world');
   const t0 = performance.now();
   const BATCH = 2_000;
   for (let start = 0; start < runs; start += BATCH) {
@@ -71,11 +79,13 @@ try {
   }
   for (const [name, ms] of rows) console.log(`${name.padEnd(48)} ${ms.toFixed(2).padStart(10)} ms`);
   if (values.prune) {
-    const to = join(dataDir, '..', `${dataDir.split('/').at(-1)}-backup`);
     let t = performance.now();
-    await backupWorld(world, to);
-    console.log(`backupWorld of ${runs.toLocaleString('en-US')} runs: ${((performance.now() - t) / 1000).toFixed(2)} s`);
-    rmSync(to, { recursive: true, force: true });
+    if (!url) {
+      const to = join(dataDir, '..', `${dataDir.split('/').at(-1)}-backup`);
+      await backupWorld(world, to);
+      console.log(`backupWorld of ${runs.toLocaleString('en-US')} runs: ${((performance.now() - t) / 1000).toFixed(2)} s`);
+      rmSync(to, { recursive: true, force: true });
+    }
     // Appends to other runs, one awaited at a time, for as long as the prune runs.
     let pruning = true;
     const latencies = [];

@@ -1,6 +1,7 @@
 // Operating a world over time: deleting a run, pruning the runs that ended, giving freed space
 // back, backing up a local world while it is written, and carrying runs between worlds as an
 // archive. The rules are the core's.
+import { types } from 'node:util';
 import { call, callSync, checkRunIdType, invalid } from './errors.js';
 import { frozen, options } from './json.js';
 import type { RunLock } from './locks.js';
@@ -221,7 +222,7 @@ export async function importRuns(world: World, source: AsyncIterable<Uint8Array>
   };
   try {
     for await (const piece of source) {
-      if (!ArrayBuffer.isView(piece) || Object.prototype.toString.call(piece) !== '[object Uint8Array]') {
+      if (!types.isUint8Array(piece)) {
         invalid('source', 'must yield Uint8Array pieces');
       }
       held.push(Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength));
