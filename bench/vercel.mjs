@@ -1,9 +1,9 @@
 // The Vercel Workflow SDK's World: this package's (`@little-workflow/world/vercel`) against the
-// SDK's own local world (`@workflow/world-local`), on the same machine in one run; and, given a
-// PostgreSQL server (LITTLE_TEST_DATABASE_URL, as scripts/with-postgres.mjs sets it), this
-// package's World on a PostgreSQL world against the SDK's own PostgreSQL world
-// (`@workflow/world-postgres` 4.3.7, of the stable line), both on that server at
-// `synchronous_commit=on` (durability `full`). Prints figures and ratios; asserts nothing.
+// SDK's own worlds, on the same machine in one run. On a local data directory against
+// `@workflow/world-local`; given a PostgreSQL server (LITTLE_TEST_DATABASE_URL, as
+// scripts/with-postgres.mjs sets it), on a PostgreSQL world against `@workflow/world-postgres`
+// 4.3.7 (of the stable line), both on that server at `synchronous_commit=on` (durability `full`).
+// Prints figures and ratios; asserts nothing.
 //
 //   node scripts/with-postgres.mjs 'node bench/vercel.mjs [rounds] [--suite]'   (default 3 rounds)
 //
