@@ -39,16 +39,9 @@ const SEQUENCE_DIGITS = 12;
 
 /**
  * The SDK id of the `part`-th SDK event an envelope holds (most hold one; an event that also
- * creates its entity holds the creation first).
+ * creates its entity holds the creation first), for runs created before slot ids.
  */
 export function eventIdOf(sequence: number, part: number): string {
   const s = String(sequence).padStart(SEQUENCE_DIGITS, '0');
   return part === 0 ? `evnt_${s}` : `evnt_${s}_${part}`;
-}
-
-/** The sequence and part of an SDK event id made by {@link eventIdOf}, or undefined. */
-export function parseEventId(eventId: string): { sequence: number; part: number } | undefined {
-  const m = /^evnt_(\d{12})(?:_(\d+))?$/.exec(eventId);
-  if (!m) return undefined;
-  return { sequence: Number(m[1]), part: m[2] === undefined ? 0 : Number(m[2]) };
 }
