@@ -154,6 +154,22 @@ describe('slot-numbered event ids on the 5.x beta line', () => {
     }
   });
 
+  it('mints spec 6 runs, still with slot ids, when WORKFLOW_SEALED_LOG=0 switches the sealed log off', async () => {
+    const { world, create, ids } = betaStorage();
+    const prior = process.env.WORKFLOW_SEALED_LOG;
+    process.env.WORKFLOW_SEALED_LOG = '0';
+    try {
+      const created = await create('wrun_six', { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } });
+      expect(created.run?.specVersion).toBe(beta.SPEC_VERSION_SUPPORTS_SLOT_IDENTITY);
+      await create('wrun_six', { eventType: 'run_started' });
+      expect(await ids('wrun_six')).toEqual([beta.slotToEventId(1), beta.slotToEventId(2)]);
+    } finally {
+      if (prior === undefined) delete process.env.WORKFLOW_SEALED_LOG;
+      else process.env.WORKFLOW_SEALED_LOG = prior;
+      await world.close();
+    }
+  });
+
   it('keeps the ids of a run created at a spec version before slots', async () => {
     const { world, create, ids } = betaStorage();
     try {
