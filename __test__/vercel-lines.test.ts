@@ -296,3 +296,28 @@ describe('hook resumes deduplicated by resume id', () => {
     }
   });
 });
+
+describe('the inline delta on a hook create', () => {
+  it('answers sinceCursor with the events after it, the hook_created or the hook_conflict among them', async () => {
+    const world = createWorld({ dataDir: tempDir() });
+    try {
+      type Listed = { events?: { eventType: string }[]; hasMore?: boolean };
+      const runs: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const created = await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } } as never);
+        runs.push((created as { run: { runId: string } }).run.runId);
+        await world.events.create(runs[i], { eventType: 'run_started' } as never);
+      }
+      const cursorOf = async (runId: string) => (await world.events.list({ runId })).data[0].eventId;
+      const first = (await world.events.create(runs[0], { eventType: 'hook_created', correlationId: 'hook_a', eventData: { token: 'tok' } } as never, { sinceCursor: await cursorOf(runs[0]) } as never)) as Listed;
+      expect(first.events?.map((e) => e.eventType)).toEqual(['run_started', 'hook_created']);
+      expect(first.hasMore).toBe(false);
+      const second = (await world.events.create(runs[1], { eventType: 'hook_created', correlationId: 'hook_b', eventData: { token: 'tok' } } as never, { sinceCursor: await cursorOf(runs[1]) } as never)) as Listed;
+      expect(second.events?.map((e) => e.eventType)).toEqual(['run_started', 'hook_conflict']);
+      const plain = (await world.events.create(runs[0], { eventType: 'hook_created', correlationId: 'hook_c', eventData: { token: 'tok_c' } } as never)) as Listed;
+      expect(plain.events).toBeUndefined();
+    } finally {
+      await world.close();
+    }
+  });
+});

@@ -464,6 +464,20 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
   }
   const type = `${TYPE_PREFIX}${eventType}`;
 
+  /** `result` with, when the writer passed `sinceCursor`, the events after it (the inline delta). */
+  const withDelta =
+    (result: Commit<EventResult>['result']): Commit<EventResult>['result'] =>
+    (events, s) => {
+      const r = result(events, s) as EventResult & Data;
+      if (typeof params?.sinceCursor === 'string') {
+        const page = pageOf(s.events, params.sinceCursor, 1000, 'asc', params.resolveData);
+        r.events = page.data;
+        r.cursor = page.cursor;
+        r.hasMore = page.hasMore;
+      }
+      return r;
+    };
+
   const decide = async (state: RunState): Promise<Decision<EventResult>> => {
     const one = (events: SdkEvent[], s: RunState) => resultOf(s, events[events.length - 1], params);
     const plain = async (index: IndexWrite[] = [], created?: Data): Promise<Extract<Decision<EventResult>, { kind: 'append' }>> => ({
@@ -595,21 +609,7 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
             };
           }
         }
-        if (eventType === 'step_completed' || eventType === 'step_failed') {
-          return {
-            ...(await plain()),
-            result: (events, s) => {
-              const r = resultOf(s, events[events.length - 1], params) as EventResult & Data;
-              if (typeof params?.sinceCursor === 'string') {
-                const page = pageOf(s.events, params.sinceCursor, 1000, 'asc', params.resolveData);
-                r.events = page.data;
-                r.cursor = page.cursor;
-                r.hasMore = page.hasMore;
-              }
-              return r;
-            },
-          };
-        }
+        if (eventType === 'step_completed' || eventType === 'step_failed') return { ...(await plain()), result: withDelta(one) };
         return plain();
       }
       case 'hook_created': {
@@ -628,17 +628,20 @@ export async function createEvent(cache: RunCache, world: World, runIdArg: strin
             eventData: { token, ...(holderRunId !== undefined ? { conflictingRunId: holderRunId } : {}) },
           }),
           index: correlationIndex(sdkRunId, state, cid),
-          result: (events) => ({ event: strip(events[events.length - 1], params?.resolveData), hook: undefined }) as EventResult,
+          // The delta is answered on the conflict too: it settles the same awaiter.
+          result: withDelta((events) => ({ event: strip(events[events.length - 1], params?.resolveData), hook: undefined }) as EventResult),
         });
         // A live hook of this run with the token: the run holds the index entry already.
         for (const h of state.hooks.values()) {
           if (h.live && h.hook.token === token) return { kind: 'append', ...(await conflict(sdkRunId)) };
         }
+        const claim = await plain([
+          { index: INDEX.hookToken, key: indexText(token), value: indexText(cid) },
+          { index: INDEX.hook, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) },
+        ]);
         return {
-          ...(await plain([
-            { index: INDEX.hookToken, key: indexText(token), value: indexText(cid) },
-            { index: INDEX.hook, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) },
-          ])),
+          ...claim,
+          result: withDelta(claim.result),
           onIndexConflict: async (holder) => conflict(holder?.startsWith('run_') ? holder.slice(4) : holder),
         };
       }
