@@ -7,16 +7,23 @@ const { createRequire } = require('node:module');
 const { dirname, join } = require('node:path');
 const { readFileSync } = require('node:fs');
 
-/** Where the app's `@workflow/world` entry is, or undefined when none can be found. */
-function resolveSdkWorld() {
-  for (const from of [join(process.cwd(), 'index.js'), __filename]) {
-    try {
-      return createRequire(from).resolve('@workflow/world');
-    } catch {
-      // Not installed there: look in the next place.
-    }
+/** `specifier` resolved from the file `from`, or undefined when it is not installed there. */
+function resolveFrom(from, specifier) {
+  try {
+    return createRequire(from).resolve(specifier);
+  } catch {
+    return undefined;
   }
-  return undefined;
+}
+
+/**
+ * Where the app's `@workflow/world` entry is: the app's own, else the one its `@workflow/core`
+ * uses (when the package manager did not hoist it), else this package's; undefined when none is.
+ */
+function resolveSdkWorld() {
+  const app = join(process.cwd(), 'index.js');
+  const core = resolveFrom(app, '@workflow/core');
+  return resolveFrom(app, '@workflow/world') ?? (core && resolveFrom(core, '@workflow/world')) ?? resolveFrom(__filename, '@workflow/world');
 }
 
 /** The version in the package.json of the package whose entry is `entry`. */
