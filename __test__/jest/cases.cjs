@@ -350,6 +350,24 @@ function values(lib) {
       expectError(lib, await rejection(lib.subscribe(world, 'run_s').next()), lib.WorldClosedError, 'WORLD_CLOSED');
     });
 
+    it('export and import: an archive of this realm\'s bytes carries runs between worlds, and a damaged one is refused', async () => {
+      const from = lib.virtualWorld();
+      await lib.appendEvent(from, 'run_x', step('a'));
+      await lib.appendEvent(from, 'run_x', step('b'));
+      const pieces = [];
+      for await (const piece of lib.exportRuns(from)) pieces.push(piece);
+      expect(pieces.every((p) => ArrayBuffer.isView(p))).toBe(true);
+      // Pieces made in this realm are taken as the package's own are.
+      const text = pieces.map((p) => Buffer.from(p).toString('utf8')).join('');
+      const to = lib.virtualWorld();
+      expect(await lib.importRuns(to, [new TextEncoder().encode(text)])).toEqual({ runs: 1, events: 2, artifacts: 0, unchanged: 0 });
+      expect((await lib.listEvents(to, 'run_x')).map((e) => e.eventId)).toEqual((await lib.listEvents(from, 'run_x')).map((e) => e.eventId));
+      const damaged = text.replace('"stepPath":"b"', '"stepPath":"c"');
+      expectError(lib, await rejection(lib.importRuns(lib.virtualWorld(), [new TextEncoder().encode(damaged)])), lib.EventLogCorruptError, 'EVENT_LOG_CORRUPT');
+      await from.close();
+      await to.close();
+    });
+
     it("takes values of another context as it takes this realm's", async () => {
       const world = lib.virtualWorld();
       // A boxed number is stored as the number; a Date as its JSON, an ISO string.
