@@ -321,3 +321,23 @@ describe('the inline delta on a hook create', () => {
     }
   });
 });
+
+describe('an empty cursor', () => {
+  it("starts a listing at its first page, as the SDK's CLI asks for one", async () => {
+    const world = createWorld({ dataDir: tempDir() });
+    try {
+      const created = await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } } as never);
+      const runId = (created as { run: { runId: string } }).run.runId;
+      await world.events.create(runId, { eventType: 'run_started' } as never);
+      await world.events.create(runId, { eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: new Uint8Array([2]) } } as never);
+      for (const sortOrder of ['asc', 'desc'] as const) {
+        const pagination = { cursor: '', sortOrder };
+        expect((await world.runs.list({ pagination })).data.map((r) => r.runId)).toEqual([runId]);
+        expect((await world.events.list({ runId, pagination })).data).toHaveLength(3);
+        expect((await world.steps.list({ runId, pagination })).data.map((s) => s.stepId)).toEqual(['step_1']);
+      }
+    } finally {
+      await world.close();
+    }
+  });
+});

@@ -409,7 +409,7 @@ function resultOf(state: RunState, e: SdkEvent, params: CreateParams | undefined
 export function pageOf(events: readonly SdkEvent[], cursor: string | undefined, limit: number | undefined, order: 'asc' | 'desc', resolveData?: ResolveData) {
   const all = order === 'asc' ? events : [...events].reverse();
   let start = 0;
-  if (cursor !== undefined) {
+  if (cursor) {
     const i = all.findIndex((e) => e.eventId === cursor);
     if (i >= 0) start = i + 1;
     else {

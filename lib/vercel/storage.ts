@@ -34,12 +34,17 @@ function limitOf(p: Pagination | undefined, dflt: number): number {
   return Math.min(Math.max(Math.floor(n), 1), 1000);
 }
 
+/** The cursor a page starts after; an empty one (as the SDK's CLI sends for the first page) is none. */
+function cursorOf(p: Pagination | undefined): string | undefined {
+  return p?.cursor || undefined;
+}
+
 /** A page of `items` (sorted ascending by `id`) after a cursor (an id). */
 function pageById<T>(items: T[], id: (t: T) => string, p: Pagination | undefined, dflt: 'asc' | 'desc') {
   const order = p?.sortOrder ?? dflt;
   const sorted = [...items].sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
   if (order === 'desc') sorted.reverse();
-  const cursor = p?.cursor;
+  const cursor = cursorOf(p);
   const rest = cursor === undefined ? sorted : sorted.filter((t) => (order === 'asc' ? id(t) > cursor : id(t) < cursor));
   const n = limitOf(p, 100);
   const data = rest.slice(0, n);
@@ -122,7 +127,7 @@ export function createStorage(world: World, cache: RunCache): Storage {
       const index = byStatus ? INDEX.runStatus : INDEX.runName;
       const value = byStatus ? oneStatus : indexText(params?.workflowName as string);
       const data: WorkflowRun[] = [];
-      let after = params?.pagination?.cursor;
+      let after = cursorOf(params?.pagination);
       let hasMore = false;
       outer: for (;;) {
         const page = await listIndexEntries(world, index, { value, after, limit: limit + 1, order });
@@ -170,7 +175,7 @@ export function createStorage(world: World, cache: RunCache): Storage {
     async list(params: { runId: string; pagination?: Pagination; resolveData?: ResolveData }) {
       const state = await stateOf(params.runId);
       const p = params.pagination;
-      return pageOf(state.events, p?.cursor, p?.limit ?? 1000, p?.sortOrder ?? 'asc', params.resolveData);
+      return pageOf(state.events, cursorOf(p), p?.limit ?? 1000, p?.sortOrder ?? 'asc', params.resolveData);
     },
     /** The events with a correlation id: of the run named (a correlation id is unique per run), else of every run. */
     async listByCorrelationId(params: { correlationId: string; runId?: string; pagination?: Pagination; resolveData?: ResolveData }) {
@@ -186,7 +191,7 @@ export function createStorage(world: World, cache: RunCache): Storage {
       const p = params.pagination;
       const order = p?.sortOrder ?? 'asc';
       const all = order === 'asc' ? found : found.reverse();
-      const start = p?.cursor !== undefined ? Number(p.cursor) : 0;
+      const start = Number(cursorOf(p) ?? 0) || 0;
       const n = limitOf(p, 100);
       const data = all.slice(start, start + n).map((e) => strip(e, params.resolveData));
       const hasMore = start + n < all.length;
