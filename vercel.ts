@@ -14,7 +14,7 @@ import { DurableQueue } from './lib/vercel/queue.js';
 import { installedLine } from './lib/vercel/line.js';
 import { RunCache } from './lib/vercel/runs.js';
 import { createStorage } from './lib/vercel/storage.js';
-import { localWorld, type World } from './lib/vercel/store.js';
+import { localWorld, postgresWorld, type World } from './lib/vercel/store.js';
 import { createStreamer, createWorldLevelStreams } from './lib/vercel/streams.js';
 
 /** Options of {@link createWorld}. */
@@ -22,8 +22,11 @@ export type VercelWorldOptions = {
   /** A world of this package to store in (closed by the caller, not by `close()`). */
   world?: World;
   /**
-   * The data directory of a local world opened (and closed) by this World. Default:
-   * `WORKFLOW_LITTLE_DATA_DIR`, else `localWorld()`'s default (`./.little-workflow`).
+   * The data directory of a local world opened (and closed) by this World. Without this option
+   * or `world`: a PostgreSQL world at `WORKFLOW_LITTLE_DATABASE_URL` when it is set, in the schema
+   * `WORKFLOW_LITTLE_SCHEMA` (default `little_workflow`), so that the environment alone names one;
+   * else a local world at `WORKFLOW_LITTLE_DATA_DIR`, else at `localWorld()`'s default
+   * (`./.little-workflow`).
    */
   dataDir?: string;
   /** Where the app's workflow routes are; default `WORKFLOW_LOCAL_BASE_URL`, else `http://localhost:$PORT`. */
@@ -47,7 +50,12 @@ export function createWorld(options: VercelWorldOptions = {}): VercelWorld {
   const line = installedLine();
   const owned = options.world === undefined;
   const dataDir = options.dataDir ?? process.env.WORKFLOW_LITTLE_DATA_DIR;
-  const world = options.world ?? localWorld(dataDir ? { dataDir } : undefined);
+  const databaseUrl = process.env.WORKFLOW_LITTLE_DATABASE_URL;
+  const world =
+    options.world ??
+    (options.dataDir === undefined && databaseUrl
+      ? postgresWorld({ connectionString: databaseUrl, schema: process.env.WORKFLOW_LITTLE_SCHEMA || undefined })
+      : localWorld(dataDir ? { dataDir } : undefined));
   const cache = new RunCache(world, line);
   const queue = new DurableQueue(world, { baseUrl: options.baseUrl, port: options.port }, 'dpl_little-workflow');
   const storage = createStorage(world, cache);

@@ -8,12 +8,12 @@ import * as sdk from '@workflow/world';
 import * as beta from '@workflow/world-beta';
 import { describe, expect, it } from 'vitest';
 import { createWorld } from '@little-workflow/world/vercel';
-import { localWorld } from '@little-workflow/world';
+import { listEvents, localWorld, postgresWorld } from '@little-workflow/world';
 import { lineOf } from '../lib/vercel/line.js';
 import { createEvent, RunCache } from '../lib/vercel/runs.js';
 import { createStorage } from '../lib/vercel/storage.js';
 import { createWorldLevelStreams } from '../lib/vercel/streams.js';
-import { tempDir } from './helpers';
+import { freshSchema, needsPostgres, postgresUrl, tempDir } from './helpers';
 
 async function text(stream: ReadableStream<Uint8Array>): Promise<string[]> {
   const out: string[] = [];
@@ -338,6 +338,33 @@ describe('an empty cursor', () => {
       }
     } finally {
       await world.close();
+    }
+  });
+});
+
+describe('a PostgreSQL world named by the environment alone', () => {
+  it.skipIf(!needsPostgres())('opens WORKFLOW_LITTLE_DATABASE_URL in the schema WORKFLOW_LITTLE_SCHEMA, and closes it with the World', async () => {
+    const schema = freshSchema();
+    const prior = { url: process.env.WORKFLOW_LITTLE_DATABASE_URL, schema: process.env.WORKFLOW_LITTLE_SCHEMA };
+    process.env.WORKFLOW_LITTLE_DATABASE_URL = postgresUrl();
+    process.env.WORKFLOW_LITTLE_SCHEMA = schema;
+    let runId: string;
+    try {
+      const world = createWorld();
+      const created = await world.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } } as never);
+      runId = (created as { run: { runId: string } }).run.runId;
+      await world.close();
+    } finally {
+      for (const [key, value] of [['WORKFLOW_LITTLE_DATABASE_URL', prior.url], ['WORKFLOW_LITTLE_SCHEMA', prior.schema]] as const) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
+    }
+    const store = postgresWorld({ connectionString: postgresUrl() as string, schema });
+    try {
+      expect((await listEvents(store, `run_${runId}`)).map((e) => e.type)).toEqual(['workflow.run_created']);
+    } finally {
+      await store.close();
     }
   });
 });
