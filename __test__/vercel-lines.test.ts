@@ -1,7 +1,9 @@
-// What decides the interface the Vercel World serves: the line of the app's `@workflow/world`
-// (spec versions from its own constants); what the 4.x line calls that later lines do not:
-// World-level stream methods with `(name, runId)` arguments, and a step found by its id alone;
-// and the 5.x beta's slot-numbered event ids, with the report of events a stale writer missed.
+// The Vercel World on each SDK line it serves. The line of the app's `@workflow/world` decides
+// the interface (spec versions from its own constants); the 4.x line calls World-level stream
+// methods with `(name, runId)` arguments and reads a step by its id alone; the 5.x beta has
+// slot-numbered event ids, reports the events a stale writer missed, and may call optional reads,
+// deduplicated hook resumes and inline deltas. Also: an empty cursor, and a PostgreSQL world
+// named by the environment.
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import * as sdk from '@workflow/world';
