@@ -1,6 +1,6 @@
 // Export and import: runs carried between worlds of every kind as an archive, byte for byte, and
 // a damaged, cut-short or conflicting archive refused with nothing of its run committed.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -29,7 +29,7 @@ import {
   type RunEventDraft,
   type World,
 } from '../world';
-import { freshSchema, needsPostgres, packageRoot, postgresUrl, rejection, tempDir, track, worldKinds } from './helpers';
+import { durableKinds, freshSchema, killedChild, needsPostgres, packageRoot, postgresUrl, rejection, tempDir, track, worldKinds } from './helpers';
 
 const UUID = '0f8fad5b-d9cb-469f-a165-70867728950e';
 
@@ -279,45 +279,8 @@ describe('import into a world opened read-only', () => {
   });
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Import `file` into `where` in a child, SIGKILLed `afterMs` after it began (or let finish). */
-async function importKilled(where: string, file: string, afterMs: number): Promise<boolean> {
-  const child = spawn(process.execPath, [join(__dirname, 'fixtures', 'import-child.cjs'), where, file], { cwd: packageRoot, env: process.env });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (err += d));
-  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
-  const started = Date.now();
-  while (!out.includes('importing') && Date.now() - started < 20_000 && child.exitCode === null) await sleep(2);
-  await sleep(afterMs);
-  child.kill('SIGKILL');
-  await exited;
-  if (err) throw new Error(`the importing process failed: ${err}`);
-  return out.includes('done');
-}
-
 describe('an import killed at any moment', () => {
-  const targets: Array<[string, () => { where: string; open: () => World }]> = [
-    [
-      'localWorld',
-      () => {
-        const dataDir = tempDir();
-        return { where: dataDir, open: () => localWorld({ dataDir }) };
-      },
-    ],
-  ];
-  if (needsPostgres()) {
-    targets.push([
-      'postgresWorld',
-      () => {
-        const schema = freshSchema();
-        return { where: `pg:${schema}`, open: () => postgresWorld({ connectionString: postgresUrl()!, schema }) };
-      },
-    ]);
-  }
-  it.each(targets)('leaves each run whole or absent, verify ok, and finishes when run again (%s)', async (_kind, target) => {
+  it.each(durableKinds())('leaves each run whole or absent, verify ok, and finishes when run again (%s)', async (_kind, target) => {
     const source = track(virtualWorld());
     const RUNS = 300;
     await Promise.all(
@@ -331,7 +294,7 @@ describe('an import killed at any moment', () => {
     writeFileSync(file, await archiveOf(source));
     const { where, open } = target();
     for (const afterMs of [0, 40, 150]) {
-      await importKilled(where, file, afterMs);
+      await killedChild('import-child.cjs', [where, file], 'importing', afterMs);
       const world = open();
       const counts = new Set((await queryRuns(world, { order: 'id', limit: 10_000 })).runs.map((r) => r.eventCount));
       expect([...counts].every((c) => c === 5), `after ${afterMs} ms: run lengths ${[...counts]}`).toBe(true);

@@ -264,3 +264,50 @@ export async function serveWorld(world: World, opts: Parameters<typeof createSer
     },
   };
 }
+
+/**
+ * Run `node __test__/fixtures/<fixture> ...args`, wait until it prints `ready`, and SIGKILL it
+ * `afterMs` later (unless it has ended by then): whether it printed `done` first. What it wrote
+ * to standard error fails the test.
+ */
+export async function killedChild(fixture: string, args: string[], ready: string, afterMs: number): Promise<boolean> {
+  const child = spawn(process.execPath, [join(__dirname, 'fixtures', fixture), ...args], { cwd: packageRoot, env: process.env });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (err += d));
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  const started = Date.now();
+  while (!out.includes(ready) && Date.now() - started < 20_000 && child.exitCode === null) await new Promise((r) => setTimeout(r, 2));
+  await new Promise((r) => setTimeout(r, afterMs));
+  child.kill('SIGKILL');
+  await exited;
+  if (err) throw new Error(`${fixture} failed: ${err}`);
+  return out.includes('done');
+}
+
+/**
+ * The world kinds that outlive a process, for a child to write and be killed: `where` is what the
+ * fixtures' `openWorld` takes (a data directory, or `pg:<schema>`), `open` opens it here.
+ */
+export function durableKinds(): Array<[string, () => { where: string; open: () => World }]> {
+  const kinds: Array<[string, () => { where: string; open: () => World }]> = [
+    [
+      'localWorld',
+      () => {
+        const dataDir = tempDir();
+        return { where: dataDir, open: () => localWorld({ dataDir }) };
+      },
+    ],
+  ];
+  if (needsPostgres()) {
+    kinds.push([
+      'postgresWorld',
+      () => {
+        const schema = freshSchema();
+        return { where: `pg:${schema}`, open: () => postgresWorld({ connectionString: postgresUrl()!, schema }) };
+      },
+    ]);
+  }
+  return kinds;
+}

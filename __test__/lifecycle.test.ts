@@ -1,5 +1,4 @@
 // Deleting runs, pruning the ended ones, compacting and backing up, on every world kind.
-import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -26,7 +25,7 @@ import {
   writeArtifact,
   type World,
 } from '../world';
-import { freshSchema, needsPostgres, packageRoot, postgresUrl, rejection, tempDir, track, worldKinds } from './helpers';
+import { durableKinds, freshSchema, killedChild, needsPostgres, postgresUrl, rejection, tempDir, track, worldKinds } from './helpers';
 import { postgresWorld } from '../world';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -241,43 +240,8 @@ describe('a run deleted by another process', () => {
   });
 });
 
-/** Start a child that prunes `where`, and SIGKILL it `afterMs` after it began (or let it finish). */
-async function pruneKilled(where: string, afterMs: number): Promise<{ finished: boolean }> {
-  const child = spawn(process.execPath, [join(__dirname, 'fixtures', 'prune-child.cjs'), where], { cwd: packageRoot, env: process.env });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (err += d));
-  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
-  const started = Date.now();
-  while (!out.includes('pruning') && Date.now() - started < 20_000 && child.exitCode === null) await sleep(2);
-  await sleep(afterMs);
-  child.kill('SIGKILL');
-  await exited;
-  if (err) throw new Error(`the pruning process failed: ${err}`);
-  return { finished: out.includes('done') };
-}
-
 describe('a prune killed at any moment', () => {
-  const targets: Array<[string, () => { where: string; open: () => World }]> = [
-    [
-      'localWorld',
-      () => {
-        const dataDir = tempDir();
-        return { where: dataDir, open: () => localWorld({ dataDir }) };
-      },
-    ],
-  ];
-  if (needsPostgres()) {
-    targets.push([
-      'postgresWorld',
-      () => {
-        const schema = freshSchema();
-        return { where: `pg:${schema}`, open: () => postgresWorld({ connectionString: postgresUrl()!, schema }) };
-      },
-    ]);
-  }
-  it.each(targets)('leaves each run whole or gone, verify ok, and finishes when run again (%s)', async (_kind, target) => {
+  it.each(durableKinds())('leaves each run whole or gone, verify ok, and finishes when run again (%s)', async (_kind, target) => {
     const { where, open } = target();
     let world = open();
     const RUNS = 600;
@@ -305,7 +269,7 @@ describe('a prune killed at any moment', () => {
     await world.close();
     let finished = false;
     for (const afterMs of [5, 40, 120]) {
-      ({ finished } = await pruneKilled(where, afterMs));
+      finished = await killedChild('prune-child.cjs', [where], 'pruning', afterMs);
       world = open();
       try {
         expect((await verifyWorld(world)).problems).toEqual([]);

@@ -402,6 +402,42 @@ pub fn check_time(field: &str, t: &str) -> Result<String> {
     }
 }
 
+/// The page of the runs that ended before `ended_before` (an ISO time) in one of `statuses` (each
+/// one in which a run has ended; all of them by default), in `order`, `limit` at a time: the runs a
+/// prune deletes, or an export of ended runs writes. `field` is the statuses option's name.
+pub fn ended_page(
+    ended_before: String,
+    statuses: Option<Vec<String>>,
+    field: &str,
+    order: &str,
+    limit: u64,
+) -> Result<Page> {
+    let statuses = statuses.unwrap_or_else(|| TERMINAL_STATUSES.iter().map(|s| s.to_string()).collect());
+    if let Some(s) = statuses.iter().find(|s| !is_terminal(s)) {
+        return Err(invalid(
+            field,
+            format!(
+                "may name only statuses in which a run has ended ({}), not {s:?}",
+                TERMINAL_STATUSES.join(", ")
+            ),
+        ));
+    }
+    // The page machinery checks the time and the statuses as a query of the catalog would.
+    Page::from_request(PageRequest {
+        status: Some(statuses),
+        last_recorded_before: Some(ended_before),
+        order: Some(order.into()),
+        limit: Some(limit),
+        ..PageRequest::default()
+    })
+    .map_err(|e| match e {
+        WorldError::Validation { path, .. } if path == "lastRecordedBefore" => {
+            invalid("endedBefore", "must be an ISO time such as 2026-01-31T12:00:00.000Z")
+        }
+        other => other,
+    })
+}
+
 impl Page {
     /// Check a caller's request.
     pub fn from_request(req: PageRequest) -> Result<Page> {

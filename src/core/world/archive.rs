@@ -157,31 +157,15 @@ impl World {
                 None
             }
             None => {
-                if let (Some(statuses), Some(_)) = (&req.status, &req.ended_before) {
-                    if let Some(s) = statuses.iter().find(|s| !catalog::is_terminal(s)) {
-                        return Err(WorldError::validation(
-                            "status",
-                            format!("with endedBefore may name only statuses in which a run has ended, not {s:?}"),
-                        ));
-                    }
-                }
-                let status = match (&req.status, &req.ended_before) {
-                    (None, Some(_)) => Some(catalog::TERMINAL_STATUSES.iter().map(|s| s.to_string()).collect()),
-                    (s, _) => s.clone(),
+                let page = match req.ended_before {
+                    Some(t) => catalog::ended_page(t, req.status, "status", "id", RUN_PAGE)?,
+                    None => Page::from_request(PageRequest {
+                        status: req.status,
+                        order: Some("id".into()),
+                        limit: Some(RUN_PAGE),
+                        ..PageRequest::default()
+                    })?,
                 };
-                let page = Page::from_request(PageRequest {
-                    status,
-                    last_recorded_before: req.ended_before,
-                    order: Some("id".into()),
-                    limit: Some(RUN_PAGE),
-                    ..PageRequest::default()
-                })
-                .map_err(|e| match e {
-                    WorldError::Validation { path, .. } if path == "lastRecordedBefore" => {
-                        WorldError::validation("endedBefore", "must be an ISO time such as 2026-01-31T12:00:00.000Z")
-                    }
-                    other => other,
-                })?;
                 debug_assert_eq!(page.order, RunOrder::Id);
                 Some(page)
             }

@@ -12,7 +12,7 @@
 //!    step leaves artifacts no event refers to; deleting the run again removes them.
 
 use super::World;
-use crate::core::catalog::{self, Page, PageRequest};
+use crate::core::catalog;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
 use crate::core::locks::{run_lock_name, Locks};
@@ -123,37 +123,12 @@ impl World {
                 "is required: pruneRuns deletes only the runs that ended before it",
             ));
         };
-        let statuses = req
-            .statuses
-            .unwrap_or_else(|| catalog::TERMINAL_STATUSES.iter().map(|s| s.to_string()).collect());
-        if let Some(s) = statuses.iter().find(|s| !catalog::is_terminal(s)) {
-            return Err(WorldError::validation(
-                "statuses",
-                format!(
-                    "may name only statuses in which a run has ended ({}), not {s:?}",
-                    catalog::TERMINAL_STATUSES.join(", ")
-                ),
-            ));
-        }
         if req.limit == Some(0) {
             return Err(WorldError::validation("limit", "must be a positive integer"));
         }
         let dry_run = req.dry_run.unwrap_or(false);
         let limit = req.limit.unwrap_or(u64::MAX);
-        // The page machinery checks the time and the statuses as a query of the catalog would.
-        let mut page = Page::from_request(PageRequest {
-            status: Some(statuses),
-            last_recorded_before: Some(ended_before),
-            order: Some("oldest".into()),
-            limit: Some(PRUNE_BATCH),
-            ..PageRequest::default()
-        })
-        .map_err(|e| match e {
-            WorldError::Validation { path, .. } if path == "lastRecordedBefore" => {
-                WorldError::validation("endedBefore", "must be an ISO time such as 2026-01-31T12:00:00.000Z")
-            }
-            other => other,
-        })?;
+        let mut page = catalog::ended_page(ended_before, req.statuses, "statuses", "oldest", PRUNE_BATCH)?;
         // A dry run changes nothing, so a world opened read-only answers it too.
         let parts = if dry_run {
             self.parts()?
