@@ -55,6 +55,27 @@ describe.each(worldKinds)('deleting and pruning runs on %s', (_name, makeWorld) 
     expect((await deleteRun(world, 'ses_never')).deleted).toBe(false);
   });
 
+  it('deletes the streams a run owns with it, and prunes them with it', async () => {
+    const world = makeWorld();
+    const own = (runId: string) => ({ index: [{ index: 'little.owner', key: runId, value: 'run_owner' }] });
+    await appendEvent(world, 'run_owner', { type: 'RunStarted', payload: {} });
+    await appendEvent(world, 'run_owner_stream', { type: 'chunk', payload: { n: 1 }, ...own('run_owner_stream') });
+    await appendEvent(world, 'run_owner_stream', { type: 'chunk', payload: { n: 2 } });
+    await appendEvent(world, 'run_owner_queue', { type: 'message', payload: {}, ...own('run_owner_queue') });
+    await finished(world, 'run_other');
+    expect(await deleteRun(world, 'run_owner')).toEqual({ runId: 'run_owner', deleted: true, events: 4, artifacts: 0, bytes: 0 });
+    expect((await queryRuns(world, { order: 'id' })).runs.map((r) => r.runId)).toEqual(['run_other']);
+    expect(await lookupIndexEntry(world, 'little.owner', 'run_owner_stream')).toBeUndefined();
+    // A prune takes them along too, and counts only the runs it pruned.
+    await appendEvent(world, 'run_owner', { type: 'RunStarted', payload: {} });
+    await appendEvent(world, 'run_owner', { type: 'RunCompleted', payload: {} });
+    await appendEvent(world, 'run_owner_stream', { type: 'chunk', payload: { n: 1 }, ...own('run_owner_stream') });
+    const pruned = await pruneRuns(world, { endedBefore: new Date(Date.now() + 60_000) });
+    expect(pruned).toMatchObject({ runs: 2, events: 5 });
+    expect((await queryRuns(world)).runs).toEqual([]);
+    expect((await verifyWorld(world)).ok).toBe(true);
+  });
+
   it('starts a run deleted and appended to again at sequence 1, its idempotency keys gone with it', async () => {
     const world = makeWorld();
     const first = await appendEvent(world, 'run_again', { type: 'harness.note', payload: { n: 1 }, appendIdempotencyKey: 'k' });

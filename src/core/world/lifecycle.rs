@@ -17,11 +17,17 @@ use crate::core::error::{Result, WorldError};
 use crate::core::ids;
 use crate::core::locks::{run_lock_name, Locks};
 use crate::core::runtime::{Output, Ticket};
-use crate::core::store::LogReader;
+use crate::core::store::{IndexQuery, LogReader};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The index through which a stream names the run that owns it: an entry whose key is the
+/// stream's id and whose value is the run's, written by the stream's own append. Deleting the run
+/// (or pruning it) deletes the stream too, in the same transaction: a Workflow SDK run's stream
+/// and queue-message logs are such streams.
+pub const OWNER_INDEX: &str = "little.owner";
 
 /// Runs deleted in one transaction by a prune: small enough that appends to other runs wait at
 /// most one such transaction.
@@ -260,19 +266,22 @@ fn delete(parts: &Parts, runs: &[&str]) -> Result<Removed> {
     if runs.is_empty() {
         return Ok(removed);
     }
+    // The streams the runs own go with them, in the same transaction.
+    let streams = with_owned(parts, runs)?;
+    let streams: Vec<&str> = streams.iter().map(String::as_str).collect();
     let counts = {
         let mut lent = parts.writer.lock().unwrap_or_else(|p| p.into_inner());
-        lent.as_mut().ok_or(WorldError::Closed)?.delete_streams(runs)?
+        lent.as_mut().ok_or(WorldError::Closed)?.delete_streams(&streams)?
     };
     {
         let mut statuses = parts.statuses.lock().unwrap_or_else(|p| p.into_inner());
-        for run in runs {
-            statuses.remove(*run);
+        for stream in &streams {
+            statuses.remove(*stream);
         }
     }
-    removed.runs = counts.iter().filter(|&&n| n > 0).count() as u64;
+    removed.runs = counts[..runs.len()].iter().filter(|&&n| n > 0).count() as u64;
     removed.events = counts.iter().sum();
-    let owned = parts.artifacts.owned_by(runs)?;
+    let owned = parts.artifacts.owned_by(&streams)?;
     if owned.is_empty() {
         return Ok(removed);
     }
@@ -295,6 +304,35 @@ fn delete(parts: &Parts, runs: &[&str]) -> Result<Removed> {
         }
     }
     Ok(removed)
+}
+
+/// `runs`, then the streams they own: those whose entry in [`OWNER_INDEX`] names one of them.
+fn with_owned(parts: &Parts, runs: &[&str]) -> Result<Vec<String>> {
+    const PAGE: u64 = 1_000;
+    let mut all: Vec<String> = runs.iter().map(|r| r.to_string()).collect();
+    let mut seen: HashSet<String> = all.iter().cloned().collect();
+    for run in runs {
+        let mut after: Option<String> = None;
+        loop {
+            let page = parts.reader.index_entries(&IndexQuery {
+                index: OWNER_INDEX,
+                value: Some(run),
+                after: after.as_deref(),
+                limit: PAGE,
+                descending: false,
+            })?;
+            for e in &page {
+                if seen.insert(e.key.clone()) {
+                    all.push(e.key.clone());
+                }
+            }
+            if (page.len() as u64) < PAGE {
+                break;
+            }
+            after = page.last().map(|e| e.key.clone());
+        }
+    }
+    Ok(all)
 }
 
 /// The artifact ids an envelope's text names as `"artifact://art_…"` strings (as keys too: a

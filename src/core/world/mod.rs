@@ -54,6 +54,7 @@ use threads::{prep_loop, spawn, writer_loop, AfterClose, Backlog, BacklogCloser,
 
 pub use append::{INLINE_PREP_MAX, INLINE_UNDER_LOAD_MAX};
 pub use archive::{Export, Import};
+pub use lifecycle::OWNER_INDEX;
 pub use threads::MAX_GROUP;
 
 /// What a backend gives a world: its event store and the stores of everything else, each behind
