@@ -8,11 +8,14 @@
 // message pending, and it is delivered again. A lost enqueueing leaves nothing behind, so the
 // process that enqueued keeps each message until it has seen it stored `SETTLED_MS` later, and
 // enqueues it again if it is gone.
+//
+// A message for a run (a workflow message's `runId`, a step message's `workflowRunId`) names that
+// run's log as its owner (`OWNER_INDEX`), so deleting or pruning the run deletes the message too.
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { MessageId, Queue, QueuePayload, QueuePrefix, ValidQueueName } from '@workflow/world';
-import { ulid } from './ids.js';
-import { acquireRunLock, allIndexEntries, append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, lookupIndexEntry, type IndexWrite, type RunLock, type World } from './store.js';
+import { logOfRun, ulid } from './ids.js';
+import { acquireRunLock, allIndexEntries, append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, lookupIndexEntry, ownerEntry, type IndexWrite, type RunLock, type World } from './store.js';
 
 export const QUEUE_INDEX = {
   pending: 'workflow.queue.pending',
@@ -48,6 +51,14 @@ const QUEUE_NAME = /^(__(?:[a-z][a-z0-9]*_)?wkf_(workflow|step)_)(.+)$/;
 
 export function queueLog(messageId: string): string {
   return `run_wq_${messageId}`;
+}
+
+/** The SDK run a message is for: a workflow message's `runId`, a step message's `workflowRunId`. */
+function runOfMessage(message: unknown): string | undefined {
+  if (typeof message !== 'object' || message === null) return undefined;
+  const m = message as { runId?: unknown; workflowRunId?: unknown };
+  const runId = typeof m.workflowRunId === 'string' ? m.workflowRunId : m.runId;
+  return typeof runId === 'string' && runId !== '' ? runId : undefined;
 }
 
 /** A handler's answer: done, or deliver again after `timeoutSeconds`. */
@@ -165,8 +176,10 @@ export class DurableQueue {
     const log = queueLog(messageId);
     const body = await encode(message, { world: this.world, runId: log, name: 'body' });
     const deliverAt = Date.now() + Math.max(0, (opts?.delaySeconds ?? 0) * 1000);
-    const index: { index: string; key: string; value: string }[] = [{ index: QUEUE_INDEX.pending, key: messageId, value: queueName }];
+    const index: IndexWrite[] = [{ index: QUEUE_INDEX.pending, key: messageId, value: queueName }];
     if (key !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key: indexText(key), value: messageId });
+    const run = runOfMessage(message);
+    if (run !== undefined) index.push(ownerEntry(log, logOfRun(run)));
     const payload = { queueName, body, deliverAt, ...(opts?.headers ? { headers: opts.headers } : {}), ...(key !== undefined ? { idempotencyKey: key } : {}) };
     try {
       await append(this.world, log, { type: T.enqueued, payload, expectedSequence: 0, index });

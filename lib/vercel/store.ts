@@ -32,6 +32,17 @@ export async function allIndexEntries(world: World, index: string, value?: strin
   }
 }
 
+/**
+ * The index through which a stream log names the run log that owns it: deleting or pruning that
+ * run deletes the stream with it. Only the stream itself writes its entry, keyed by its own id.
+ */
+export const OWNER_INDEX = 'little.owner';
+
+/** The entry by which the log `log` names `runLog` as its owner. */
+export function ownerEntry(log: string, runLog: string): IndexWrite {
+  return { index: OWNER_INDEX, key: log, value: runLog };
+}
+
 /** Whether `err` is the rejection of an append whose `expectedSequence` was not the run's last. */
 export function isSequenceConflict(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === 'EVENT_SEQUENCE_CONFLICT';

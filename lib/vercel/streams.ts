@@ -2,10 +2,12 @@
 // closing event. Chunk i is the event of sequence i + 1. Readers follow the log live through
 // `subscribe`, so they never list it again; the streams of a run are found through an index.
 // Later lines know a stream by its run and its name (`world.streams`); the 4.x line by its name
-// alone, a unique id, through methods of the World itself.
+// alone, a unique id, through methods of the World itself. A stream's log names its run's log as
+// its owner (`OWNER_INDEX`), so deleting or pruning the run deletes the stream with it.
 import { createHash } from 'node:crypto';
 import type { Streamer } from '@workflow/world';
-import { allIndexEntries, append, decode, encode, listEvents, subscribe, type EventEnvelope, type World } from './store.js';
+import { logOfRun } from './ids.js';
+import { allIndexEntries, append, decode, encode, listEvents, ownerEntry, subscribe, type EventEnvelope, type IndexWrite, type World } from './store.js';
 
 export const STREAM_INDEX = 'workflow.stream';
 
@@ -43,12 +45,19 @@ export function createStreamer(world: World, logOf: (runId: string, name: string
     else if (sequence <= (indexed.get(key) ?? 0)) indexed.delete(key);
   }
 
+  /** The entries that file the stream `key` (in the log `log`) under its run, and name the run's log its owner. */
+  function entriesOf(log: string, key: string, runId: string): IndexWrite[] {
+    const entries: IndexWrite[] = [{ index: STREAM_INDEX, key, value: runId }];
+    if (runId !== '') entries.push(ownerEntry(log, logOfRun(runId)));
+    return entries;
+  }
+
   async function write(runIdArg: string | Promise<string>, name: string, chunk: string | Uint8Array): Promise<void> {
     const runId = await runIdArg;
     const log = logOf(runId, name);
     const data = await encode(bytesOf(chunk), { world, runId: log, name: 'chunk' });
     const key = `${runId}\n${name}`;
-    const index = indexed.has(key) ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
+    const index = indexed.has(key) ? undefined : entriesOf(log, key, runId);
     const env = await append(world, log, { type: CHUNK, payload: { data }, index });
     indexedBy(key, env.sequence, index !== undefined);
   }
@@ -77,8 +86,9 @@ export function createStreamer(world: World, logOf: (runId: string, name: string
       const runId = await runIdArg;
       const key = `${runId}\n${name}`;
       // Where the store can forget, the last event of a stream writes its entry again.
-      const index = indexed.has(key) && !forgetful ? undefined : [{ index: STREAM_INDEX, key, value: runId }];
-      const env = await append(world, logOf(runId, name), { type: CLOSED, payload: {}, index });
+      const log = logOf(runId, name);
+      const index = indexed.has(key) && !forgetful ? undefined : entriesOf(log, key, runId);
+      const env = await append(world, log, { type: CLOSED, payload: {}, index });
       indexedBy(key, env.sequence, index !== undefined);
     },
     async get(runIdArg: string, name: string, startIndex = 0) {
