@@ -53,7 +53,7 @@ if (values.child !== undefined) {
     await world.close();
   } else {
     const world = open(values.to);
-    const counts = await importRuns(world, createReadStream(values.from, { highWaterMark: 1 << 20 }));
+    const counts = await importRuns(world, createReadStream(values.from));
     await world.close();
     if (counts.events === 0) throw new Error('nothing was imported');
   }

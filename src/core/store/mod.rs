@@ -339,6 +339,18 @@ pub trait LogReader: Send + Sync {
         limit: Option<u64>,
         sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
     ) -> Result<()>;
+    /// As [`LogReader::rows`], for a read that passes over the whole store once (an export): a
+    /// backend that maps its files reads without the map here, so that the pass does not leave
+    /// the whole store resident in the process.
+    fn rows_once(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.rows(run_id, after, limit, sink)
+    }
     /// Every stream in the store, ordered by id, as its rows say (not its catalog row).
     fn streams(&self) -> Result<Vec<StreamSummary>>;
     /// The catalog rows a query wants, in its order, at most its limit.

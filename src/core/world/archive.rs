@@ -338,7 +338,7 @@ fn write_events(parts: &Parts, run: &mut Running, out: &mut Vec<u8>) -> Result<(
     let mut read = 0;
     let mut w = archive::Writer::new(out);
     let mentioned = &mut run.mentioned;
-    parts.reader.rows(&run.run_id, run.at, Some(limit), &mut |row| {
+    parts.reader.rows_once(&run.run_id, run.at, Some(limit), &mut |row| {
         dense.check(row.sequence)?;
         w.event(row.envelope);
         mentioned.extend(artifact_ids(row.envelope).map(str::to_string));

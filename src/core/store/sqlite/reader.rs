@@ -121,37 +121,28 @@ impl LogReader for SqliteReader {
         limit: Option<u64>,
         sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
     ) -> Result<()> {
+        self.with_conn(|conn| rows_on(conn, run_id, after, limit, sink))
+    }
+
+    /// Read without the connection's map of the database (and unmap what it held), then map it
+    /// again for the reads after: a pass over the whole store would otherwise leave every page of
+    /// it resident in the process.
+    fn rows_once(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: Option<u64>,
+        sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
+    ) -> Result<()> {
         self.with_conn(|conn| {
-            let limit = limit.map(|l| l.min(i64::MAX as u64) as i64).unwrap_or(-1);
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope
-                     FROM events WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
-                )
-                .map_err(|e| WorldError::sqlite("reading events", e))?;
-            let mut rows = stmt
-                .query(params![run_id, after.min(i64::MAX as u64) as i64, limit])
-                .map_err(|e| WorldError::sqlite("reading events", e))?;
-            while let Some(r) = rows.next().map_err(|e| WorldError::sqlite("reading events", e))? {
-                let text = |i: usize| -> rusqlite::Result<&str> { r.get_ref(i)?.as_str().map_err(Into::into) };
-                let opt =
-                    |i: usize| -> rusqlite::Result<Option<&str>> { r.get_ref(i)?.as_str_or_null().map_err(Into::into) };
-                let row = (|| {
-                    Ok::<_, rusqlite::Error>(RowRef {
-                        run_id: text(0)?,
-                        sequence: r.get::<_, i64>(1)? as u64,
-                        event_id: text(2)?,
-                        event_type: text(3)?,
-                        key: opt(4)?,
-                        digest: opt(5)?,
-                        recorded_at: text(6)?,
-                        envelope: text(7)?,
-                    })
-                })()
-                .map_err(|e| WorldError::sqlite("reading an event row", e))?;
-                sink(row)?;
-            }
-            Ok(())
+            let map = |size: i64| {
+                conn.pragma_update(None, "mmap_size", size)
+                    .map_err(|e| WorldError::sqlite("setting how much of the database a reader maps", e))
+            };
+            map(0)?;
+            let read = rows_on(conn, run_id, after, limit, sink);
+            map(READER_MMAP)?;
+            read
         })
     }
 
@@ -504,4 +495,43 @@ fn catalog_sql(q: &RunQuery<'_>) -> (String, Vec<rusqlite::types::Value>) {
     values.push((q.limit.min(i64::MAX as u64) as i64).into());
     sql.push_str(&format!(" LIMIT ?{}", values.len()));
     (sql, values)
+}
+
+/// The rows of `run_id` after `after`, in sequence order, at most `limit`, read on `conn`.
+fn rows_on(
+    conn: &Connection,
+    run_id: &str,
+    after: u64,
+    limit: Option<u64>,
+    sink: &mut dyn FnMut(RowRef<'_>) -> Result<()>,
+) -> Result<()> {
+    let limit = limit.map(|l| l.min(i64::MAX as u64) as i64).unwrap_or(-1);
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT run_id, sequence, event_id, type, idempotency_key, request_digest, recorded_at, envelope
+                 FROM events WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
+        )
+        .map_err(|e| WorldError::sqlite("reading events", e))?;
+    let mut rows = stmt
+        .query(params![run_id, after.min(i64::MAX as u64) as i64, limit])
+        .map_err(|e| WorldError::sqlite("reading events", e))?;
+    while let Some(r) = rows.next().map_err(|e| WorldError::sqlite("reading events", e))? {
+        let text = |i: usize| -> rusqlite::Result<&str> { r.get_ref(i)?.as_str().map_err(Into::into) };
+        let opt = |i: usize| -> rusqlite::Result<Option<&str>> { r.get_ref(i)?.as_str_or_null().map_err(Into::into) };
+        let row = (|| {
+            Ok::<_, rusqlite::Error>(RowRef {
+                run_id: text(0)?,
+                sequence: r.get::<_, i64>(1)? as u64,
+                event_id: text(2)?,
+                event_type: text(3)?,
+                key: opt(4)?,
+                digest: opt(5)?,
+                recorded_at: text(6)?,
+                envelope: text(7)?,
+            })
+        })()
+        .map_err(|e| WorldError::sqlite("reading an event row", e))?;
+        sink(row)?;
+    }
+    Ok(())
 }
