@@ -1,6 +1,5 @@
 // Export and import: runs carried between worlds of every kind as an archive, byte for byte, and
 // a damaged, cut-short or conflicting archive refused with nothing of its run committed.
-import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -29,7 +28,7 @@ import {
   type RunEventDraft,
   type World,
 } from '../world';
-import { durableKinds, freshSchema, killedChild, needsPostgres, packageRoot, postgresUrl, rejection, tempDir, track, worldKinds } from './helpers';
+import { durableKinds, freshSchema, killedChild, needsPostgres, postgresUrl, rejection, runLittle, tempDir, track, worldKinds } from './helpers';
 
 const UUID = '0f8fad5b-d9cb-469f-a165-70867728950e';
 
@@ -309,10 +308,7 @@ describe('an import killed at any moment', () => {
   });
 });
 
-function little(args: string[], input?: string | Buffer) {
-  const r = spawnSync(process.execPath, [join(packageRoot, 'bin', 'little.js'), ...args], { cwd: packageRoot, input, maxBuffer: 1 << 28 });
-  return { status: r.status, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8'), raw: r.stdout };
-}
+const little = runLittle;
 
 describe('little export and little import', () => {
   it('round-trips a world through a file and through a pipe, and imports only with --yes', async () => {

@@ -1,14 +1,13 @@
 // The `little` command, run as a user runs it: spawned, its output parsed.
-import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { acquireRunLock, appendEvent, appendSessionEvent, canonicalize, listEvents, localWorld, postgresWorld, writeArtifact, type World } from '@little-workflow/world';
-import { downgradeToSchema2, freshSchema, needsPostgres, packageRoot, postgresUrl, schemaVersion, tempDir, withPg } from './helpers';
+import { downgradeToSchema2, freshSchema, needsPostgres, postgresUrl, runLittle, schemaVersion, tempDir, withPg } from './helpers';
 
 function little(...args: string[]) {
-  const r = spawnSync(process.execPath, [join(packageRoot, 'bin', 'little.js'), ...args], { cwd: packageRoot, encoding: 'utf8' });
+  const r = runLittle(args);
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 

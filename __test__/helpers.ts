@@ -1,6 +1,6 @@
 // Shared test helpers: a temporary directory per test, the kinds of world every conformance test
 // runs against, the check for a system component a test needs, and the test PostgreSQL server.
-import { execFile, spawn } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -310,4 +310,13 @@ export function durableKinds(): Array<[string, () => { where: string; open: () =
     ]);
   }
   return kinds;
+}
+
+/**
+ * Run the `little` command as a user does, from the package's folder, with `input` on its
+ * standard input: its exit code, its output as text (and as bytes, `raw`), and its errors.
+ */
+export function runLittle(args: string[], input?: string | Buffer) {
+  const r = spawnSync(process.execPath, [join(packageRoot, 'bin', 'little.js'), ...args], { cwd: packageRoot, input, maxBuffer: 1 << 28 });
+  return { status: r.status, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8'), raw: r.stdout };
 }

@@ -230,20 +230,28 @@ function endedBeforeArg(text, now = Date.now()) {
   return new Date(t).toISOString();
 }
 
+/** The statuses a `--status S,S` flag names. */
+function statusArg(text) {
+  const statuses = text.split(',').map((s) => s.trim());
+  if (statuses.some((s) => s === '')) throw new UsageError(`invalid --status ${JSON.stringify(text)}: expected status names separated by commas (completed,failed)`);
+  return statuses;
+}
+
+/** The count a `--limit N` flag names: a positive integer. */
+function limitArg(text) {
+  const limit = /^\d{1,15}$/.test(text) ? Number(text) : 0;
+  if (limit < 1) throw new UsageError(`invalid --limit ${JSON.stringify(text)}: expected a positive integer`);
+  return limit;
+}
+
 /** The pruneRuns options `little prune`'s flags ask for. */
 function pruneOptions(values) {
   if (values['ended-before'] === undefined) {
     throw new UsageError('--ended-before is required: prune deletes only the runs that ended before it (an ISO time, or an age such as 30d)');
   }
   const opts = { endedBefore: endedBeforeArg(values['ended-before']), dryRun: values['dry-run'] === true };
-  if (values.status !== undefined) {
-    opts.statuses = values.status.split(',').map((s) => s.trim());
-    if (opts.statuses.some((s) => s === '')) throw new UsageError(`invalid --status ${JSON.stringify(values.status)}: expected status names separated by commas (completed,failed)`);
-  }
-  if (values.limit !== undefined) {
-    opts.limit = /^\d{1,15}$/.test(values.limit) ? Number(values.limit) : 0;
-    if (opts.limit < 1) throw new UsageError(`invalid --limit ${JSON.stringify(values.limit)}: expected a positive integer`);
-  }
+  if (values.status !== undefined) opts.statuses = statusArg(values.status);
+  if (values.limit !== undefined) opts.limit = limitArg(values.limit);
   return opts;
 }
 
@@ -255,10 +263,7 @@ function exportOptions(lib, values, positionals) {
     for (const id of positionals) runIdArg(lib, [id], true);
     opts.runIds = [...new Set(positionals)];
   }
-  if (values.status !== undefined) {
-    opts.status = values.status.split(',').map((s) => s.trim());
-    if (opts.status.some((s) => s === '')) throw new UsageError(`invalid --status ${JSON.stringify(values.status)}: expected status names separated by commas (completed,failed)`);
-  }
+  if (values.status !== undefined) opts.status = statusArg(values.status);
   if (values['ended-before'] !== undefined) opts.endedBefore = endedBeforeArg(values['ended-before']);
   if (values.out === '') throw new UsageError('--out needs a file name');
   return opts;
@@ -339,18 +344,10 @@ const RUNS_OPTIONS = {
 function runsOptions(values) {
   const query = { order: values.order ?? 'id' };
   if (!['id', 'newest', 'oldest'].includes(query.order)) throw new UsageError(`invalid --order ${JSON.stringify(values.order)}: expected id, newest or oldest`);
-  if (values.status !== undefined) {
-    query.status = values.status.split(',').map((s) => s.trim());
-    if (query.status.some((s) => s === '')) throw new UsageError(`invalid --status ${JSON.stringify(values.status)}: expected status names separated by commas (completed,failed)`);
-  }
+  if (values.status !== undefined) query.status = statusArg(values.status);
   if (values.before !== undefined) query.lastRecordedBefore = values.before;
   if (values.after !== undefined) query.lastRecordedAfter = values.after;
-  let limit = Infinity;
-  if (values.limit !== undefined) {
-    limit = /^\d{1,15}$/.test(values.limit) ? Number(values.limit) : 0;
-    if (limit < 1) throw new UsageError(`invalid --limit ${JSON.stringify(values.limit)}: expected a positive integer`);
-  }
-  return { query, limit };
+  return { query, limit: values.limit === undefined ? Infinity : limitArg(values.limit) };
 }
 
 /** How many runs a world holds, counted a page at a time. */

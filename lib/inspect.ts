@@ -81,18 +81,25 @@ export interface QueryRunsOptions {
 /** A page of runs, and the cursor of the next page (`null` after the last). */
 export type RunPage = { readonly runs: readonly RunSummary[]; readonly cursor: string | null };
 
-/** A time bound as the runs catalog compares it: an ISO string with milliseconds, in UTC. */
-function timeBound(name: string, v: unknown): string | undefined {
-  if (v === undefined) return undefined;
+/** A time a caller gives (an ISO string or a `Date`), as the ISO string the core compares. */
+export function isoTime(name: string, v: unknown): string {
   if (Object.prototype.toString.call(v) === '[object Date]') {
     const t = Date.prototype.getTime.call(v);
     if (Number.isNaN(t)) invalid(name, 'is an invalid Date');
     return new Date(t).toISOString();
   }
-  if (typeof v !== 'string') invalid(name, 'must be an ISO time string or a Date');
-  const t = Date.parse(v);
-  if (!/^\d{4}-\d{2}-\d{2}T/.test(v) || Number.isNaN(t)) invalid(name, 'must be an ISO time such as 2026-01-31T12:00:00.000Z');
-  return new Date(t).toISOString();
+  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T/.test(v) || Number.isNaN(Date.parse(v))) {
+    invalid(name, 'must be an ISO time such as 2026-01-31T12:00:00.000Z, or a Date');
+  }
+  return new Date(Date.parse(v)).toISOString();
+}
+
+/** A list of run statuses a caller gives, checked and copied. */
+export function statusList(name: string, v: unknown): string[] {
+  if (!Array.isArray(v) || v.length === 0 || !v.every((s) => typeof s === 'string' && s.length > 0)) {
+    invalid(name, 'must be a non-empty array of status names');
+  }
+  return [...(v as string[])];
 }
 
 /**
@@ -103,16 +110,9 @@ export async function queryRuns(world: World, opts?: QueryRunsOptions): Promise<
   const handle = nativeOf(world);
   const o = options(opts, 'queryRuns options', ['status', 'lastRecordedBefore', 'lastRecordedAfter', 'order', 'limit', 'cursor']);
   const request: Record<string, unknown> = {};
-  if (o.status !== undefined) {
-    if (!Array.isArray(o.status) || o.status.length === 0 || !o.status.every((s) => typeof s === 'string' && s.length > 0)) {
-      invalid('status', 'must be a non-empty array of status names');
-    }
-    request.status = [...o.status];
-  }
-  const before = timeBound('lastRecordedBefore', o.lastRecordedBefore);
-  if (before !== undefined) request.lastRecordedBefore = before;
-  const after = timeBound('lastRecordedAfter', o.lastRecordedAfter);
-  if (after !== undefined) request.lastRecordedAfter = after;
+  if (o.status !== undefined) request.status = statusList('status', o.status);
+  if (o.lastRecordedBefore !== undefined) request.lastRecordedBefore = isoTime('lastRecordedBefore', o.lastRecordedBefore);
+  if (o.lastRecordedAfter !== undefined) request.lastRecordedAfter = isoTime('lastRecordedAfter', o.lastRecordedAfter);
   if (o.order !== undefined) {
     if (o.order !== 'newest' && o.order !== 'oldest' && o.order !== 'id') invalid('order', "must be 'newest', 'oldest' or 'id'");
     request.order = o.order;

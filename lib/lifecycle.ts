@@ -3,6 +3,7 @@
 // archive. The rules are the core's.
 import { types } from 'node:util';
 import { call, callSync, checkRunIdType, invalid } from './errors.js';
+import { isoTime, statusList } from './inspect.js';
 import { frozen, options } from './json.js';
 import type { RunLock } from './locks.js';
 import { nativeOf, wakeSubscribers, type World } from './worlds.js';
@@ -68,18 +69,6 @@ export type PrunedRuns = {
   readonly runIds?: readonly string[];
 };
 
-function isoTime(name: string, v: unknown): string {
-  if (Object.prototype.toString.call(v) === '[object Date]') {
-    const t = Date.prototype.getTime.call(v);
-    if (Number.isNaN(t)) invalid(name, 'is an invalid Date');
-    return new Date(t).toISOString();
-  }
-  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T/.test(v) || Number.isNaN(Date.parse(v))) {
-    invalid(name, 'must be an ISO time such as 2026-01-31T12:00:00.000Z, or a Date');
-  }
-  return new Date(Date.parse(v)).toISOString();
-}
-
 /**
  * Delete, as {@link deleteRun} does, the runs that have ended (a terminal status in their
  * vocabulary) and whose last event was recorded before `endedBefore`, in small batches so that
@@ -92,12 +81,7 @@ export async function pruneRuns(world: World, opts: PruneRunsOptions): Promise<P
   const o = options(opts, 'pruneRuns options', ['endedBefore', 'statuses', 'dryRun', 'limit']);
   if (o.endedBefore === undefined) invalid('endedBefore', 'is required: pruneRuns deletes only the runs that ended before it');
   const request: Record<string, unknown> = { endedBefore: isoTime('endedBefore', o.endedBefore) };
-  if (o.statuses !== undefined) {
-    if (!Array.isArray(o.statuses) || o.statuses.length === 0 || !o.statuses.every((s) => typeof s === 'string' && s.length > 0)) {
-      invalid('statuses', 'must be a non-empty array of status names');
-    }
-    request.statuses = [...o.statuses];
-  }
+  if (o.statuses !== undefined) request.statuses = statusList('statuses', o.statuses);
   if (o.dryRun !== undefined) {
     if (typeof o.dryRun !== 'boolean') invalid('dryRun', 'must be a boolean');
     request.dryRun = o.dryRun;
@@ -169,12 +153,7 @@ export function exportRuns(world: World, opts?: ExportRunsOptions): AsyncIterabl
     for (const id of o.runIds) checkRunIdType(id);
     request.runIds = [...o.runIds];
   }
-  if (o.status !== undefined) {
-    if (!Array.isArray(o.status) || o.status.length === 0 || !o.status.every((s) => typeof s === 'string' && s.length > 0)) {
-      invalid('status', 'must be a non-empty array of status names');
-    }
-    request.status = [...o.status];
-  }
+  if (o.status !== undefined) request.status = statusList('status', o.status);
   if (o.endedBefore !== undefined) request.endedBefore = isoTime('endedBefore', o.endedBefore);
   const text = JSON.stringify(request);
   // The options are judged now, by the core, so that a bad one is thrown here and not at the

@@ -482,6 +482,16 @@ impl Page {
         })
     }
 
+    /// Start the next read after the last of `rows`, the page just read (none: no change).
+    pub fn advance(&mut self, rows: &[CatalogRow]) {
+        if let Some(r) = rows.last() {
+            self.after = Some(After {
+                last_recorded_at: r.last_recorded_at.clone(),
+                run_id: r.run_id.clone(),
+            });
+        }
+    }
+
     /// The backend reads this page takes: one per status asked for, or one for any status.
     pub fn queries<'p>(&'p self) -> Vec<RunQuery<'p>> {
         let one = |status: Option<&'p str>| RunQuery {

@@ -709,23 +709,7 @@ pub struct ImportedEvent {
 /// byte the one the archive holds: so an event id, digest, sequence or payload changed in the
 /// archive is found out. `artifacts` stores nothing: an import never moves a value out.
 pub fn commit_imported(writer: &mut dyn LogWriter, artifacts: &dyn Artifacts, events: &[ImportedEvent]) -> Result<()> {
-    let batch: Vec<&PreparedAppend> = events.iter().map(|e| &e.prepared).collect();
-    let mut scope = Scope::default();
-    for item in &batch {
-        let run = item.run_id.as_str();
-        if !scope.runs.contains(&run) {
-            scope.runs.push(run);
-        }
-        if let Some(key) = &item.key {
-            scope.keys.push((run, key));
-        }
-        if let Some(node) = item.terminal.as_deref().filter(|n| !n.is_empty()) {
-            scope.nodes.push((run, node));
-        }
-        if item.estimate.is_some() && !scope.estimates.contains(&run) {
-            scope.estimates.push(run);
-        }
-    }
+    let scope = scope_of(events.iter().map(|e| &e.prepared));
     writer.transaction(&scope, &mut |tx| {
         let mut next: HashMap<&str, Cursor> = HashMap::new();
         for event in events {
@@ -778,10 +762,10 @@ fn take_head(head: &mut String, again: bool) -> String {
 }
 
 /// What committing `batch` will ask of the store: its streams, keys, node ends and estimates.
-fn scope_of(batch: &[PreparedAppend]) -> Scope<'_> {
+fn scope_of<'a>(batch: impl IntoIterator<Item = &'a PreparedAppend>) -> Scope<'a> {
     let mut scope = Scope::default();
     let mut seen = std::collections::HashSet::new();
-    for item in batch.iter().filter(|i| i.refused.is_none()) {
+    for item in batch.into_iter().filter(|i| i.refused.is_none()) {
         let run = item.run_id.as_str();
         if seen.insert(run) {
             scope.runs.push(run);

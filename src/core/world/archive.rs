@@ -278,15 +278,8 @@ impl Exporter {
         let Some(page) = self.page.as_mut() else {
             return Ok(false);
         };
-        let mut rows = Vec::new();
-        for q in page.queries() {
-            rows.extend(parts.reader.catalog_page(&q)?);
-        }
-        let (rows, cursor) = page.finish(rows);
-        page.after = rows.last().map(|r| catalog::After {
-            last_recorded_at: r.last_recorded_at.clone(),
-            run_id: r.run_id.clone(),
-        });
+        let (rows, cursor) = super::runs::read_page(&*parts.reader, page)?;
+        page.advance(&rows);
         if cursor.is_none() {
             self.page = None;
         }

@@ -147,18 +147,11 @@ impl World {
             let mut left = limit;
             while left > 0 {
                 page.limit = PRUNE_BATCH.min(left);
-                let mut rows = Vec::new();
-                for q in page.queries() {
-                    rows.extend(parts.reader.catalog_page(&q)?);
-                }
-                let (rows, cursor) = page.finish(rows);
+                let (rows, cursor) = super::runs::read_page(&*parts.reader, &page)?;
                 if rows.is_empty() {
                     break;
                 }
-                page.after = rows.last().map(|r| catalog::After {
-                    last_recorded_at: r.last_recorded_at.clone(),
-                    run_id: r.run_id.clone(),
-                });
+                page.advance(&rows);
                 let batch: Vec<&str> = rows.iter().map(|r| r.run_id.as_str()).collect();
                 if dry_run {
                     total.runs += rows.len() as u64;

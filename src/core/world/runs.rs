@@ -60,11 +60,7 @@ impl World {
         let pricing = self.inner.pricing.clone();
         let statuses = self.inner.statuses.clone();
         self.run(ticket, move || {
-            let mut rows = Vec::new();
-            for q in page.queries() {
-                rows.extend(reader.catalog_page(&q)?);
-            }
-            let (rows, cursor) = page.finish(rows);
+            let (rows, cursor) = read_page(&*reader, &page)?;
             let runs: Vec<_> = rows
                 .into_iter()
                 .map(|r| summary(&*reader, &pricing, &statuses, r))
@@ -74,6 +70,16 @@ impl World {
             ))
         })
     }
+}
+
+/// `page` of the runs catalog: its rows in its order, cut to its limit, and the cursor of the page
+/// after it when there is one.
+pub(super) fn read_page(reader: &dyn LogReader, page: &Page) -> Result<(Vec<CatalogRow>, Option<String>)> {
+    let mut rows = Vec::new();
+    for q in page.queries() {
+        rows.extend(reader.catalog_page(&q)?);
+    }
+    Ok(page.finish(rows))
 }
 
 /// A catalog row as `listRuns` and `queryRuns` give it: with its event count and its cost, and
