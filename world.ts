@@ -29,7 +29,7 @@ export {
 export { localWorld, postgresWorld, virtualWorld, type Durability, type LocalWorldOptions, type PostgresWorldOptions, type VirtualWorldOptions, type World } from './lib/worlds.js';
 export { isRunId, isSessionId, knownEventTypes, type KnownEventTypes } from './lib/ids.js';
 export type { EventEnvelope } from './lib/envelopes.js';
-export { appendEvent, canonicalize, listEvents, validateEventLogShape, type AppendEventInput, type IndexWrite, type ListEventsOptions } from './lib/events.js';
+export { appendEvent, appendEvents, canonicalize, listEvents, validateEventLogShape, type AppendEventInput, type IndexWrite, type ListEventsOptions } from './lib/events.js';
 export { listIndexEntries, lookupIndexEntry, type IndexEntry, type ListIndexEntriesOptions } from './lib/index-entries.js';
 export {
   readArtifact,

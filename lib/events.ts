@@ -54,28 +54,8 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
   try {
     handle = handleOf(world);
     checkRunIdType(runId);
-    const { type, payload, appendIdempotencyKey, expectedSequence, index } = fieldsOf(input, 'input', '', INPUT_FIELDS, 'must be an object with type and payload', runId);
-    if (typeof type !== 'string') invalid('type', 'must be a string', runId);
-    wellFormed('type', type, runId);
-    if (appendIdempotencyKey !== undefined) {
-      if (typeof appendIdempotencyKey !== 'string') invalid('appendIdempotencyKey', 'must be a string', runId);
-      wellFormed('appendIdempotencyKey', appendIdempotencyKey, runId);
-    }
-    if (expectedSequence !== undefined && (typeof expectedSequence !== 'number' || !Number.isSafeInteger(expectedSequence) || expectedSequence < 0)) {
-      invalid('expectedSequence', 'must be a non-negative safe integer', runId);
-    }
-    let indexJson: string | undefined;
-    if (index !== undefined) {
-      if (!Array.isArray(index)) invalid('index', 'must be an array of { index, key, value }', runId);
-      indexJson = toJsonText(index, 'index', { runId });
-    }
-    // A colon type is a run event's (or a namespace's that may become one): its errors name no
-    // key that looks like a credential, as appendRunEvent's do not.
-    const { copy, long } = read(payload, 'payload', { runId, screenKeys: type.includes(':') });
-    if (!isPlainRecord(copy)) invalid('payload', 'must be an object', runId);
-    const beside: string[] = [];
-    const payloadJson = jsonOf(copy, long ? beside : undefined);
-    pending = handle.append(runId, type, payloadJson, appendIdempotencyKey, beside.length > 0 ? beside : undefined, expectedSequence, indexJson);
+    const a = nativeAppend(input, 'input', '', runId);
+    pending = handle.append(runId, a.eventType, a.payloadJson, a.idempotencyKey, a.beside, a.expectedSequence, a.indexJson);
   } catch (err) {
     // As nativeOf, a closed world says so rather than what is wrong with the arguments; asked
     // only once they are refused, so that an append does not pay for it (the core checks too).
@@ -90,6 +70,71 @@ export function appendEvent(world: World, runId: string, input: AppendEventInput
       throw fromNative(err);
     },
   );
+}
+
+/**
+ * Append events to a run's log in one transaction: all of them, in order and at consecutive
+ * sequences, or none. Resolves with their committed, deep-frozen envelopes. Each input is as
+ * {@link appendEvent}'s, and is checked as it would be at its place: an `expectedSequence`
+ * against the events before it in the group too. The first refusal rejects the whole group, and
+ * nothing of it is written. At most 1,000 events.
+ */
+export async function appendEvents(world: World, runId: string, inputs: readonly AppendEventInput[]): Promise<EventEnvelope[]> {
+  let handle: NativeWorld | undefined;
+  let pending: Promise<string[]>;
+  try {
+    handle = handleOf(world);
+    checkRunIdType(runId);
+    if (!Array.isArray(inputs)) invalid('events', 'must be an array of { type, payload }', runId);
+    const group = inputs.map((input, i) => {
+      const a = nativeAppend(input, `events[${i}]`, `events[${i}].`, runId);
+      return { eventType: a.eventType, payloadJson: a.payloadJson, strings: a.beside, idempotencyKey: a.idempotencyKey, expectedSequence: a.expectedSequence, indexJson: a.indexJson };
+    });
+    pending = handle.appendGroup(runId, group);
+  } catch (err) {
+    throw handle?.closed ? closedError() : fromNative(err);
+  }
+  let texts: string[];
+  try {
+    texts = await pending;
+  } catch (err) {
+    throw fromNative(err);
+  }
+  wakeSubscribers(world, runId);
+  return texts.map(envelopeFromText);
+}
+
+/** An append's input at `path` (its fields named with `prefix`), checked and converted for the native append. */
+function nativeAppend(input: unknown, path: string, prefix: string, runId: string) {
+  const { type, payload, appendIdempotencyKey, expectedSequence, index } = fieldsOf(input, path, prefix, INPUT_FIELDS, 'must be an object with type and payload', runId);
+  if (typeof type !== 'string') invalid(`${prefix}type`, 'must be a string', runId);
+  wellFormed(`${prefix}type`, type, runId);
+  if (appendIdempotencyKey !== undefined) {
+    if (typeof appendIdempotencyKey !== 'string') invalid(`${prefix}appendIdempotencyKey`, 'must be a string', runId);
+    wellFormed(`${prefix}appendIdempotencyKey`, appendIdempotencyKey, runId);
+  }
+  if (expectedSequence !== undefined && (typeof expectedSequence !== 'number' || !Number.isSafeInteger(expectedSequence) || expectedSequence < 0)) {
+    invalid(`${prefix}expectedSequence`, 'must be a non-negative safe integer', runId);
+  }
+  let indexJson: string | undefined;
+  if (index !== undefined) {
+    if (!Array.isArray(index)) invalid(`${prefix}index`, 'must be an array of { index, key, value }', runId);
+    indexJson = toJsonText(index, `${prefix}index`, { runId });
+  }
+  // A colon type is a run event's (or a namespace's that may become one): its errors name no
+  // key that looks like a credential, as appendRunEvent's do not.
+  const { copy, long } = read(payload, `${prefix}payload`, { runId, screenKeys: type.includes(':') });
+  if (!isPlainRecord(copy)) invalid(`${prefix}payload`, 'must be an object', runId);
+  const beside: string[] = [];
+  const payloadJson = jsonOf(copy, long ? beside : undefined);
+  return {
+    eventType: type,
+    payloadJson,
+    beside: beside.length > 0 ? beside : undefined,
+    idempotencyKey: appendIdempotencyKey as string | undefined,
+    expectedSequence: expectedSequence as number | undefined,
+    indexJson,
+  };
 }
 
 /** Options of {@link listEvents}. */

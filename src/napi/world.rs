@@ -32,6 +32,18 @@ pub struct NativeImport {
     import: crate::core::world::Import,
 }
 
+/// One append of a group (see `NativeWorld.appendGroup`), with the fields of
+/// `NativeWorld.append`.
+#[napi(object)]
+pub struct GroupAppend {
+    pub event_type: String,
+    pub payload_json: String,
+    pub strings: Option<Vec<String>>,
+    pub idempotency_key: Option<String>,
+    pub expected_sequence: Option<i64>,
+    pub index_json: Option<String>,
+}
+
 /// An open world. Every asynchronous method returns a promise that one of the world's own
 /// threads settles; none of them runs on the libuv pool.
 #[napi]
@@ -245,6 +257,34 @@ impl NativeWorld {
             } else {
                 self.world.append(t, req)
             }
+        })
+    }
+
+    /// Append events to a run in one transaction, whole or not at all; resolves with their
+    /// envelopes' canonical JSON, in order.
+    #[napi(ts_return_type = "Promise<string[]>")]
+    pub fn append_group(&self, env: Env, run_id: String, group: Vec<GroupAppend>) -> napi::Result<RawValue> {
+        self.submit(&env, |t| {
+            let reqs = group
+                .into_iter()
+                .map(|g| {
+                    let index = match &g.index_json {
+                        Some(text) => events::index_writes_from_json(text).map_err(|e| e.for_run(&run_id))?,
+                        None => Vec::new(),
+                    };
+                    Ok(AppendRequest {
+                        run_id: run_id.clone(),
+                        event_type: g.event_type,
+                        payload_json: g.payload_json,
+                        strings: g.strings.unwrap_or_default(),
+                        key: g.idempotency_key,
+                        draft: None,
+                        expected_sequence: g.expected_sequence.map(|s| s.max(0) as u64),
+                        index,
+                    })
+                })
+                .collect::<Result<Vec<_>, WorldError>>()?;
+            self.world.append_group(t, reqs)
         })
     }
 

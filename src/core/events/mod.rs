@@ -2,11 +2,11 @@
 //!
 //! An append goes through two pure-ish steps. [`prepare`] checks everything that does not depend
 //! on what is already stored (ids, the payload's JSON, the known type's shape, `costUsd`, artifact
-//! references) and produces the canonical payload and the request digest. [`commit_batch`] then
-//! runs inside one write transaction of a backend: for each prepared append (in a savepoint of its
-//! own) it answers an idempotent retry from the stored row, or takes the next dense sequence,
-//! builds the envelope and inserts it. A rejected append writes
-//! nothing and consumes no sequence.
+//! references) and produces the canonical payload and the request digest. [`commit_units`] then
+//! runs inside one write transaction of a backend: for each unit of prepared appends (one append,
+//! or a group that commits whole), in a savepoint of its own, it answers an idempotent retry from
+//! the stored row, or takes the next dense sequence, builds the envelope and inserts it. A
+//! rejected append writes nothing and consumes no sequence.
 
 pub mod packed;
 pub mod shape;
@@ -624,47 +624,82 @@ fn offload_large_values(
 /// Outcome of one append in a batch: the envelope's canonical JSON, or why it was refused.
 pub type AppendOutcome = Result<String>;
 
+/// Outcome of one unit of a batch (see [`commit_units`]): the envelopes of its appends in order,
+/// or why the unit was refused.
+pub type UnitOutcome = Result<Vec<String>>;
+
 /// Commit a group of prepared appends in one write transaction, each in a savepoint of its own
 /// (a group of one is its own transaction).
 ///
 /// Returns one outcome per append, in order. If the transaction itself fails (the disk, the
 /// commit), every append of the group gets that error and nothing of the group is stored.
 ///
-/// `artifacts` stores the large values appends moved out of their payloads, each just before its
-/// row is inserted (so before the commit: an event never refers to an artifact not yet durable).
+/// `artifacts` stores the large values appends moved out of their payloads, each once its row is
+/// inserted and before the commit: an event never refers to an artifact not yet durable.
 pub fn commit_batch(
     writer: &mut dyn LogWriter,
     artifacts: &dyn Artifacts,
     batch: &mut [PreparedAppend],
     recorded_at: &str,
 ) -> Vec<AppendOutcome> {
+    let units = vec![1; batch.len()];
+    commit_units(writer, artifacts, batch, &units, recorded_at)
+        .into_iter()
+        .map(|outcome| outcome.map(|mut envelopes| envelopes.pop().expect("a unit of one has one envelope")))
+        .collect()
+}
+
+/// Commit `batch`, cut into units of `units[i]` appends each, in one write transaction. A unit
+/// commits whole or not at all, in a savepoint of its own, so that a unit refused fails alone and
+/// the rest of the batch commits; its appends take consecutive places in call order. A batch of
+/// one unit is its own transaction and needs no savepoint.
+///
+/// Returns one outcome per unit, in order. If the transaction itself fails (the disk, the
+/// commit), every unit gets that error and nothing of the batch is stored.
+pub fn commit_units(
+    writer: &mut dyn LogWriter,
+    artifacts: &dyn Artifacts,
+    batch: &mut [PreparedAppend],
+    units: &[usize],
+    recorded_at: &str,
+) -> Vec<UnitOutcome> {
+    debug_assert_eq!(units.iter().sum::<usize>(), batch.len());
     // Each envelope is finished in its prepared head (taken here; nothing commits a batch twice).
     let mut heads: Vec<String> = batch.iter_mut().map(|item| std::mem::take(&mut item.head)).collect();
     let batch: &[PreparedAppend] = batch;
-    if let [item] = batch {
-        let mut head = heads.pop();
-        let result = commit_one(artifacts, item, &mut head, recorded_at, |scope, body| {
+    if let [_] = units {
+        let outcome = commit_alone(artifacts, batch, &mut heads, recorded_at, |scope, body| {
             Some(writer.transaction(scope, body))
         });
-        return vec![result.expect("a transaction that may wait always runs")];
+        return vec![outcome.expect("a transaction that may wait always runs")];
     }
-    let mut outcomes: Vec<AppendOutcome> = Vec::with_capacity(batch.len());
+    let mut outcomes: Vec<UnitOutcome> = Vec::with_capacity(units.len());
     let result = writer.transaction(&scope_of(batch), &mut |tx| {
         outcomes.clear();
         let again = tx.may_run_again();
         let mut next: HashMap<&str, Cursor> = HashMap::new();
-        for (item, head) in batch.iter().zip(heads.iter_mut()) {
-            let head = take_head(head, again);
-            // Each append has a savepoint, so that an append refused (or failing to store the
-            // artifact it moved out) fails alone and the rest of the group commits.
+        let (mut items, mut heads) = (batch, heads.as_mut_slice());
+        for &n in units {
+            let (unit, rest) = items.split_at(n);
+            let (unit_heads, rest_heads) = std::mem::take(&mut heads).split_at_mut(n);
+            (items, heads) = (rest, rest_heads);
+            // What the batch knew of the unit's runs before it, for when it is undone.
+            let before: Vec<(&str, Option<Cursor>)> =
+                unit.iter().map(|i| (i.run_id.as_str(), next.get(i.run_id.as_str()).copied())).collect();
             tx.savepoint()?;
-            match append_one(tx, artifacts, &mut next, item, head, recorded_at) {
-                Ok(envelope) => {
+            match append_unit(tx, artifacts, &mut next, unit, unit_heads, again, recorded_at) {
+                Ok(envelopes) => {
                     tx.release()?;
-                    outcomes.push(Ok(envelope));
+                    outcomes.push(Ok(envelopes));
                 }
                 Err(e) => {
                     tx.rollback_to()?;
+                    for (run, cursor) in before.into_iter().rev() {
+                        match cursor {
+                            Some(c) => next.insert(run, c),
+                            None => next.remove(run),
+                        };
+                    }
                     outcomes.push(Err(e));
                 }
             }
@@ -673,7 +708,7 @@ pub fn commit_batch(
     });
     match result {
         Ok(()) => outcomes,
-        Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
+        Err(e) => units.iter().map(|_| Err(e.clone())).collect(),
     }
 }
 
@@ -685,14 +720,18 @@ pub fn commit_now(
     item: &mut PreparedAppend,
     recorded_at: &str,
 ) -> Option<AppendOutcome> {
-    let mut head = Some(std::mem::take(&mut item.head));
-    let outcome = commit_one(artifacts, item, &mut head, recorded_at, |scope, body| {
+    let mut heads = [std::mem::take(&mut item.head)];
+    let outcome = commit_alone(artifacts, std::slice::from_ref(item), &mut heads, recorded_at, |scope, body| {
         writer.transaction_if_immediate(scope, body)
     });
-    if outcome.is_none() {
-        item.head = head.take().expect("a transaction that did not run left the head");
+    let [head] = heads;
+    match outcome {
+        Some(outcome) => Some(outcome.map(|mut envelopes| envelopes.pop().expect("one append, one envelope"))),
+        None => {
+            item.head = head; // The body did not run: the head is as it was.
+            None
+        }
     }
-    outcome
 }
 
 /// An event read from an archive: its append prepared again from its envelope, the time it was
@@ -707,14 +746,14 @@ pub struct ImportedEvent {
 /// own append went (density, terminals, budget estimates, token totals, index holders), at its
 /// recorded time. Refused, with nothing committed, unless each envelope the rules make is byte for
 /// byte the one the archive holds: so an event id, digest, sequence or payload changed in the
-/// archive is found out. `artifacts` stores nothing: an import never moves a value out.
-pub fn commit_imported(writer: &mut dyn LogWriter, artifacts: &dyn Artifacts, events: &[ImportedEvent]) -> Result<()> {
+/// archive is found out. An import stores no artifact here: it never moves a value out.
+pub fn commit_imported(writer: &mut dyn LogWriter, events: &[ImportedEvent]) -> Result<()> {
     let scope = scope_of(events.iter().map(|e| &e.prepared));
     writer.transaction(&scope, &mut |tx| {
         let mut next: HashMap<&str, Cursor> = HashMap::new();
         for event in events {
             let item = &event.prepared;
-            let made = append_one(tx, artifacts, &mut next, item, item.head.clone(), &event.recorded_at)?;
+            let (made, _) = append_one(tx, &mut next, item, item.head.clone(), &event.recorded_at)?;
             if made != event.envelope {
                 return Err(WorldError::EventLogCorrupt {
                     run_id: Some(item.run_id.clone()),
@@ -729,26 +768,58 @@ pub fn commit_imported(writer: &mut dyn LogWriter, artifacts: &dyn Artifacts, ev
     })
 }
 
-/// One append as a transaction of its own (`None` when `transaction` did not run it). Rolling
-/// that back undoes exactly this append, so it needs no savepoint of its own.
-fn commit_one(
+/// A unit of appends as a transaction of its own (`None` when `transaction` did not run it).
+/// Rolling that back undoes exactly this unit, so it needs no savepoint of its own.
+fn commit_alone(
     artifacts: &dyn Artifacts,
-    item: &PreparedAppend,
-    head: &mut Option<String>,
+    unit: &[PreparedAppend],
+    heads: &mut [String],
     recorded_at: &str,
     transaction: impl FnOnce(&Scope<'_>, &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Option<Result<()>>,
-) -> Option<AppendOutcome> {
-    let mut envelope = None;
-    let result = transaction(&scope_of(std::slice::from_ref(item)), &mut |tx| {
-        envelope = None;
-        let slot = head
-            .as_mut()
-            .expect("the head stays until a run that cannot be undone takes it");
-        let head = take_head(slot, tx.may_run_again());
-        envelope = Some(append_one(tx, artifacts, &mut HashMap::new(), item, head, recorded_at)?);
+) -> Option<UnitOutcome> {
+    let mut envelopes = Vec::new();
+    let result = transaction(&scope_of(unit), &mut |tx| {
+        let again = tx.may_run_again();
+        envelopes = append_unit(tx, artifacts, &mut HashMap::new(), unit, heads, again, recorded_at)?;
         Ok(())
     })?;
-    Some(result.map(|()| envelope.take().expect("a committed append has its envelope")))
+    Some(result.map(|()| envelopes))
+}
+
+/// Append each of `unit` in order, then store the values the new ones moved out of their
+/// payloads: only once every append of the unit has passed its checks, so that a unit refused
+/// leaves no artifact behind. On an error the caller undoes the unit.
+fn append_unit<'b>(
+    tx: &mut dyn LogTx,
+    artifacts: &dyn Artifacts,
+    next: &mut HashMap<&'b str, Cursor>,
+    unit: &'b [PreparedAppend],
+    heads: &mut [String],
+    again: bool,
+    recorded_at: &str,
+) -> Result<Vec<String>> {
+    let mut envelopes = Vec::with_capacity(unit.len());
+    let mut spills = Vec::new();
+    for (item, head) in unit.iter().zip(heads.iter_mut()) {
+        let (envelope, appended) = append_one(tx, next, item, take_head(head, again), recorded_at)?;
+        if let (true, Some(spill)) = (appended, &item.spill) {
+            spills.push((item.run_id.as_str(), spill));
+        }
+        envelopes.push(envelope);
+    }
+    for (run, spill) in spills {
+        let stored = artifacts.store_json(run, &spill.step_path, spill.name, spill.text.clone())?;
+        if stored != spill.artifact_id {
+            return Err(WorldError::RuntimeIntegrity {
+                reason: format!(
+                    "internal error: {} was stored as {stored}, not as the {} its event names",
+                    spill.name, spill.artifact_id
+                ),
+            }
+            .for_run(run));
+        }
+    }
+    Ok(envelopes)
 }
 
 /// A prepared head for one run of a transaction's body: a copy when the run may be undone and
@@ -800,14 +871,16 @@ struct Cursor {
     ended: Option<u64>,
 }
 
+/// Append `item` after what `next` says of its run: `(envelope, true)` for a new event,
+/// `(envelope, false)` for a keyed retry answered by the event it stored before. Any large value
+/// the item moved out of its payload is the caller's to store (see [`append_unit`]).
 fn append_one<'b>(
     tx: &mut dyn LogTx,
-    artifacts: &dyn Artifacts,
     next: &mut HashMap<&'b str, Cursor>,
     item: &'b PreparedAppend,
     head: String,
     recorded_at: &str,
-) -> Result<String> {
+) -> Result<(String, bool)> {
     let run = item.run_id.as_str();
     // A refused append is answered by `answer_refused`, and written by no one.
     if let Some(refusal) = &item.refused {
@@ -816,7 +889,7 @@ fn append_one<'b>(
     if let (Some(key), Some(digest)) = (&item.key, &item.digest) {
         if let Some(found) = tx.find_by_key(run, key)? {
             if &found.digest == digest {
-                return Ok(found.envelope);
+                return Ok((found.envelope, false));
             }
             return Err(WorldError::IdempotencyConflict {
                 run_id: item.run_id.clone(),
@@ -876,18 +949,6 @@ fn append_one<'b>(
     if let Some(tokens) = &item.usage {
         check_usage(tx, run, tokens)?;
     }
-    if let Some(spill) = &item.spill {
-        let stored = artifacts.store_json(run, &spill.step_path, spill.name, spill.text.clone())?;
-        if stored != spill.artifact_id {
-            return Err(WorldError::RuntimeIntegrity {
-                reason: format!(
-                    "internal error: {} was stored as {stored}, not as the {} its event names",
-                    spill.name, spill.artifact_id
-                ),
-            }
-            .for_run(run));
-        }
-    }
     let sequence = cursor.last + 1;
     let event_id = ids::event_id_finish(&item.id_prefix, sequence, &item.event_type);
     let mut envelope = head;
@@ -938,7 +999,7 @@ fn append_one<'b>(
             ended: item.terminal.as_deref().filter(|n| n.is_empty()).map(|_| sequence),
         },
     );
-    Ok(envelope)
+    Ok((envelope, true))
 }
 
 /// The sequence of a canonical envelope: its last `,"sequence":` (the type after it is a string

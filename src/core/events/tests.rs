@@ -131,6 +131,41 @@ fn sequences_are_dense_per_run_and_rejections_consume_none() {
 }
 
 #[test]
+fn a_unit_commits_whole_or_not_at_all_and_a_refused_one_consumes_no_sequence() {
+    for (mut w, r, _dir) in backends() {
+        let step = |run: &str, path: &str| prep(req(run, "StepStarted", json!({"stepPath": path}), None)).unwrap();
+        let mut expecting = step("run_u", "late");
+        expecting.expected_sequence = Some(0); // Two places behind once the first unit commits.
+        // Units: one append; a group of two; a group of two whose second is refused; one append.
+        let mut batch = vec![
+            step("run_u", "a"),
+            step("run_u", "b"),
+            step("run_u", "c"),
+            step("run_u", "d"),
+            expecting,
+            step("run_u", "e"),
+        ];
+        let out = commit_units(&mut *w, &NoArtifacts, &mut batch, &[1, 2, 2, 1], "2026-01-01T00:00:00.000Z");
+        let sequences = |o: &UnitOutcome| -> Vec<u64> {
+            o.as_ref().unwrap().iter().map(|e| sequence_of(e).unwrap()).collect()
+        };
+        assert_eq!(sequences(&out[0]), [1]);
+        assert_eq!(sequences(&out[1]), [2, 3]);
+        assert_eq!(out[2].as_ref().unwrap_err().code(), "EVENT_SEQUENCE_CONFLICT");
+        // The refused group's first append is undone, its place taken by the next unit.
+        assert_eq!(sequences(&out[3]), [4]);
+        let mut paths = vec![];
+        r.rows("run_u", 0, None, &mut |row| {
+            let env: serde_json::Value = serde_json::from_str(row.envelope).unwrap();
+            paths.push(env["payload"]["stepPath"].as_str().unwrap().to_string());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(paths, ["a", "b", "c", "e"]);
+    }
+}
+
+#[test]
 fn idempotent_retry_returns_the_stored_envelope() {
     for (mut w, _r, _dir) in backends() {
         let make = || {

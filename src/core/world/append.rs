@@ -52,6 +52,8 @@ impl Submit {
 
 pub(super) enum PrepMsg {
     Append(Ticket, AppendRequest),
+    /// Appends that commit together or not at all (see [`World::append_group`]).
+    Group(Ticket, Vec<AppendRequest>),
     /// An append prepared on the caller's thread with a refusal, to be answered in call order
     /// (see [`events::answer_refused`]), and so before a close sent after it.
     Refused(Ticket, Box<PreparedAppend>),
@@ -65,8 +67,13 @@ pub(super) enum WriteMsg {
     /// An append, the bytes the prep thread counted into the [`Backlog`] for it (0 from the
     /// caller's thread), and whether its caller awaits it alone (see [`writer_loop`]).
     Append(Ticket, PreparedAppend, usize, bool),
+    /// A group, prepared, and the bytes counted into the [`Backlog`] for it.
+    Group(Ticket, Vec<PreparedAppend>, usize),
     Close(Ticket, AfterClose),
 }
+
+/// Most appends in one group.
+pub const MAX_GROUP_APPENDS: usize = 1000;
 
 impl World {
     /// Queue an append. Errors that need no I/O (a closed world, a malformed run id) return at
@@ -83,6 +90,33 @@ impl World {
     /// otherwise spend the same time waiting for the writer's thread, plus two thread hand-offs.
     pub fn append_awaited(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
         self.append_with(ticket, req, true)
+    }
+
+    /// Queue appends that commit in one transaction, whole or not at all, in order and at
+    /// consecutive places of their runs, after every append queued before them. Completes under
+    /// `ticket` with the envelopes' canonical JSON, in order, or with the first refusal (nothing
+    /// of the group stored). Always prepared on the prep thread: a group is rare enough that the
+    /// hop costs nothing that matters, and it keeps call order with no case of its own.
+    pub fn append_group(&self, ticket: Ticket, reqs: Vec<AppendRequest>) -> Result<()> {
+        self.ensure_open()?;
+        self.ensure_writable("an append")?;
+        if reqs.is_empty() || reqs.len() > MAX_GROUP_APPENDS {
+            return Err(WorldError::validation(
+                "events",
+                format!("must hold 1 to {MAX_GROUP_APPENDS} events, not {}", reqs.len()),
+            ));
+        }
+        for req in &reqs {
+            match req.draft {
+                Some(crate::core::run_events::Stream::Session) => ids::check_session_id(&req.run_id)?,
+                _ => ids::check_run_id(&req.run_id)?,
+            }
+        }
+        let guard = self.inner.submit.lock().expect("submit lock");
+        let Some(submit) = guard.as_ref() else {
+            return Err(WorldError::Closed);
+        };
+        submit.to_prep(PrepMsg::Group(ticket, reqs))
     }
 
     fn append_with(&self, ticket: Ticket, req: AppendRequest, awaited: bool) -> Result<()> {

@@ -638,7 +638,7 @@ fn commit_run(parts: &Parts, run: &Incoming) -> Result<Option<u64>> {
     {
         let mut lent = parts.writer.lock().unwrap_or_else(|p| p.into_inner());
         let writer = lent.as_mut().ok_or(WorldError::Closed)?;
-        events::commit_imported(&mut **writer, &*parts.artifacts, &imported).map_err(|e| match e {
+        events::commit_imported(&mut **writer, &imported).map_err(|e| match e {
             WorldError::SequenceConflict { run_id, expected, .. } => WorldError::ImportConflict {
                 run_id,
                 sequence: expected + 1,

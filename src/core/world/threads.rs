@@ -55,6 +55,22 @@ pub(super) fn prep_loop(
                 // Only now, with the append passed on, may the caller send straight to the writer.
                 pending.fetch_sub(1, Ordering::AcqRel);
             }
+            PrepMsg::Group(ticket, reqs) => {
+                let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    reqs.into_iter()
+                        .map(|req| events::prepare(req, artifacts))
+                        .collect::<Result<Vec<_>>>()
+                }))
+                .unwrap_or_else(|p| Err(panic_error(p)));
+                match prepared {
+                    Ok(group) => to_writer.group(ticket, group),
+                    Err(e) => {
+                        unsettled.fetch_sub(1, Ordering::AcqRel);
+                        completer.complete(vec![(ticket, Err(e))]);
+                    }
+                }
+                pending.fetch_sub(1, Ordering::AcqRel);
+            }
             PrepMsg::Refused(ticket, p) => {
                 answer_refused(reader, completer, unsettled, ticket, *p);
                 pending.fetch_sub(1, Ordering::AcqRel);
@@ -115,17 +131,18 @@ pub(super) struct Snapshots {
 }
 
 impl Snapshots {
-    /// After `outcomes` of `batch` committed: a snapshot of each run that has reached a multiple
-    /// of [`snapshot::SNAPSHOT_EVERY`] events.
-    fn after_commit(&self, batch: &[PreparedAppend], outcomes: &[events::AppendOutcome]) {
-        for (item, outcome) in batch.iter().zip(outcomes) {
-            let reached = outcome
-                .as_deref()
-                .ok()
-                .and_then(events::sequence_of)
-                .is_some_and(|s| s % snapshot::SNAPSHOT_EVERY == 0);
-            if reached {
-                self.take(item.run_id.clone());
+    /// After `outcomes` of `batch`, cut into `units`, committed: a snapshot of each run that has
+    /// reached a multiple of [`snapshot::SNAPSHOT_EVERY`] events.
+    fn after_commit(&self, batch: &[PreparedAppend], units: &[usize], outcomes: &[events::UnitOutcome]) {
+        let mut rest = batch;
+        for (&n, outcome) in units.iter().zip(outcomes) {
+            let (unit, after) = rest.split_at(n);
+            rest = after;
+            let Ok(envelopes) = outcome else { continue };
+            for (item, envelope) in unit.iter().zip(envelopes) {
+                if events::sequence_of(envelope).is_some_and(|s| s % snapshot::SNAPSHOT_EVERY == 0) {
+                    self.take(item.run_id.clone());
+                }
             }
         }
     }
@@ -152,8 +169,11 @@ pub(super) fn writer_loop(
     backlog: &Backlog,
     snapshots: Option<Snapshots>,
 ) {
-    let mut tickets: Vec<Ticket> = Vec::new();
+    // The batch's appends, cut into units (one append, or a group: see `World::append_group`),
+    // and per unit its ticket and whether it is a group.
+    let mut tickets: Vec<(Ticket, bool)> = Vec::new();
     let mut batch: Vec<PreparedAppend> = Vec::new();
+    let mut units: Vec<usize> = Vec::new();
     let mut counted = 0;
     // Whether the last group was one append its caller awaited alone, which the store could not
     // commit on the caller's thread: that caller's next append is then likely to follow within
@@ -175,8 +195,15 @@ pub(super) fn writer_loop(
             match msg {
                 WriteMsg::Append(t, p, bytes, alone) => {
                     lone = alone && tickets.is_empty();
-                    tickets.push(t);
+                    tickets.push((t, false));
                     batch.push(p);
+                    units.push(1);
+                    counted += bytes;
+                }
+                WriteMsg::Group(t, group, bytes) => {
+                    tickets.push((t, true));
+                    units.push(group.len());
+                    batch.extend(group);
                     counted += bytes;
                 }
                 WriteMsg::Close(t, let_go) => {
@@ -196,22 +223,30 @@ pub(super) fn writer_loop(
                 .as_mut()
                 .expect("the writer is there until the writer thread closes it");
             let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                events::commit_batch(&mut **writer, artifacts, &mut batch, &recorded_at)
+                events::commit_units(&mut **writer, artifacts, &mut batch, &units, &recorded_at)
             }))
             .unwrap_or_else(|p| {
                 let e = panic_error(p);
-                batch.iter().map(|_| Err(e.clone())).collect()
+                units.iter().map(|_| Err(e.clone())).collect()
             });
             drop(lent);
             if let Some(s) = &snapshots {
-                s.after_commit(&batch, &outcomes);
+                s.after_commit(&batch, &units, &outcomes);
             }
             let done = tickets
                 .drain(..)
-                .zip(outcomes.into_iter().map(|o| o.map(Output::Json)))
+                .zip(outcomes)
+                .map(|((t, group), outcome)| {
+                    let output = outcome.map(|mut envelopes| match group {
+                        true => Output::List(envelopes.into_iter().map(Output::Json).collect()),
+                        false => Output::Json(envelopes.pop().expect("one append, one envelope")),
+                    });
+                    (t, output)
+                })
                 .collect();
-            unsettled.fetch_sub(batch.len(), Ordering::AcqRel);
+            unsettled.fetch_sub(units.len(), Ordering::AcqRel);
             batch.clear();
+            units.clear();
             backlog.remove(std::mem::take(&mut counted));
             completer.complete(done);
         }
@@ -279,6 +314,17 @@ impl ToWriter {
         self.backlog.add(bytes);
         if self.tx.send(WriteMsg::Append(ticket, prepared, bytes, false)).is_err() {
             // No writer: nothing will drain it.
+            self.backlog.remove(bytes);
+            return;
+        }
+        self.backlog.wait_below_max();
+    }
+
+    /// Pass a prepared group on, as [`ToWriter::append`] does an append.
+    fn group(&self, ticket: Ticket, group: Vec<PreparedAppend>) {
+        let bytes = group.iter().map(|p| p.head.len()).sum();
+        self.backlog.add(bytes);
+        if self.tx.send(WriteMsg::Group(ticket, group, bytes)).is_err() {
             self.backlog.remove(bytes);
             return;
         }
