@@ -12,7 +12,8 @@ import { describe, expect, it } from 'vitest';
 import { createWorld } from '@little-workflow/world/vercel';
 import { listEvents, localWorld, postgresWorld } from '@little-workflow/world';
 import { lineOf } from '../lib/vercel/line.js';
-import { createEvent, RunCache } from '../lib/vercel/runs.js';
+import { createEvent } from '../lib/vercel/decide.js';
+import { RunCache } from '../lib/vercel/runs.js';
 import { createStorage } from '../lib/vercel/storage.js';
 import { createWorldLevelStreams } from '../lib/vercel/streams.js';
 import { freshSchema, needsPostgres, postgresUrl, tempDir } from './helpers';
@@ -151,6 +152,11 @@ describe('slot-numbered event ids on the 5.x beta line', () => {
       expect(listed).toEqual([1, 2, 3, 4, 5].map((n) => beta.slotToEventId(n)));
       expect(listed.map((id) => beta.eventIdToSlot(id))).toEqual([1, 2, 3, 4, 5]);
       expect((await storage.events.get('wrun_slots', beta.slotToEventId(3))).eventType).toBe('step_created');
+      // Each SDK event is an envelope of its own, the two of each creating event committed together.
+      const envelopes = await listEvents(world, 'run_wrun_slots');
+      expect(envelopes.map((e) => e.type)).toEqual(['run_created', 'run_started', 'step_created', 'step_started', 'step_completed'].map((t) => `workflow.${t}`));
+      expect(envelopes[0].recordedAt).toBe(envelopes[1].recordedAt);
+      for (const e of envelopes) expect(e.payload).not.toHaveProperty('created');
     } finally {
       await world.close();
     }
@@ -201,6 +207,56 @@ describe('slot-numbered event ids on the 5.x beta line', () => {
       const current = await create('wrun_stale', { eventType: 'step_created', correlationId: 'step_2', eventData: { stepName: 's', input: new Uint8Array([3]) } }, { eventCount: 4 });
       expect(current.event.eventId).toBe(beta.slotToEventId(5));
       expect(current.events).toBeUndefined();
+    } finally {
+      await world.close();
+    }
+  });
+});
+
+describe('createBatch on the 5.x beta line', () => {
+  type BatchResult = { status: number; error?: string; event?: { eventId: string; eventType: string }; step?: { status: string; attempt: number }; wait?: { status: string } };
+  const batch = (storage: ReturnType<typeof betaStorage>['storage'], runId: string, events: Record<string, unknown>[]) =>
+    (storage.events.createBatch as (r: string, e: unknown[]) => Promise<{ results: BatchResult[] }>)(runId, events.map((event) => ({ event })));
+
+  it("commits a fan-out at consecutive slots, each event answered as its own create would be, a step's pair born running", async () => {
+    const { world, storage, create, ids } = betaStorage();
+    try {
+      await create('wrun_batch', { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } });
+      await create('wrun_batch', { eventType: 'run_started' });
+      await create('wrun_batch', { eventType: 'step_created', correlationId: 'step_0', eventData: { stepName: 's', input: new Uint8Array([0]) } });
+      const { results } = await batch(storage, 'wrun_batch', [
+        { eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: new Uint8Array([1]) } },
+        // Created before: refused as its own create would be, while the rest commit.
+        { eventType: 'step_created', correlationId: 'step_0', eventData: { stepName: 's', input: new Uint8Array([0]) } },
+        { eventType: 'step_created', correlationId: 'step_2', eventData: { stepName: 's', input: new Uint8Array([2]) } },
+        { eventType: 'step_started', correlationId: 'step_2' },
+        { eventType: 'wait_created', correlationId: 'wait_1', eventData: { resumeAt: new Date(Date.now() + 60_000) } },
+      ]);
+      expect(results.map((r) => r.status)).toEqual([200, 409, 200, 200, 200]);
+      expect(results[1].error).toBe('EntityConflictError');
+      expect(results.map((r) => r.event?.eventId)).toEqual([beta.slotToEventId(4), undefined, beta.slotToEventId(5), beta.slotToEventId(6), beta.slotToEventId(7)]);
+      expect(results[3].step).toMatchObject({ status: 'running', attempt: 1 });
+      expect(results[4].wait).toMatchObject({ status: 'waiting' });
+      expect(await ids('wrun_batch')).toEqual([1, 2, 3, 4, 5, 6, 7].map((n) => beta.slotToEventId(n)));
+      const envelopes = await listEvents(world, 'run_wrun_batch');
+      expect(new Set(envelopes.slice(3).map((e) => e.recordedAt)).size).toBe(1);
+    } finally {
+      await world.close();
+    }
+  });
+
+  it('refuses, writing nothing, a batch the SDK leaves to create: a type it names, two events for one entity, a paired start with a payload', async () => {
+    const { world, storage, create, ids } = betaStorage();
+    try {
+      await create('wrun_refused', { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } });
+      const refusals = [
+        [{ eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: 1 } }, { eventType: 'hook_created', correlationId: 'hook_1', eventData: { token: 't' } }],
+        [{ eventType: 'wait_created', correlationId: 'wait_1', eventData: { resumeAt: new Date() } }, { eventType: 'wait_completed', correlationId: 'wait_1' }],
+        [{ eventType: 'step_created', correlationId: 'step_1', eventData: { stepName: 's', input: 1 } }, { eventType: 'step_started', correlationId: 'step_1', eventData: { input: 1 } }],
+        [],
+      ];
+      for (const events of refusals) await expect(batch(storage, 'wrun_refused', events)).rejects.toMatchObject({ name: 'WorkflowWorldError', status: 400 });
+      expect(await ids('wrun_refused')).toEqual([beta.slotToEventId(1)]);
     } finally {
       await world.close();
     }

@@ -9,10 +9,10 @@
 // (a sealed log by construction). Runs of earlier versions keep ids made of their envelope's
 // sequence.
 import type { Event, EventResult, Hook, Step, Wait, WorkflowRun } from '@workflow/world';
-import { EntityConflictError, HookNotFoundError, RunExpiredError, RunNotSupportedError, TooEarlyError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
-import { eventIdOf, logOfRun, ulid } from './ids.js';
+import { WorkflowWorldError } from './errors.js';
+import { eventIdOf, logOfRun } from './ids.js';
 import { installedLine, type SdkLine } from './line.js';
-import { append, decode, defineField, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
+import { append, appendEvents, decode, defineField, encode, indexConflictHolder, isSequenceConflict, listEvents, type EventEnvelope, type IndexWrite, type World } from './store.js';
 
 /** Index names: runs by status and by workflow name, hook tokens and ids, correlation ids. */
 export const INDEX = {
@@ -24,14 +24,14 @@ export const INDEX = {
 } as const;
 
 /** The event type of an SDK event in our logs. */
-const TYPE_PREFIX = 'workflow.';
+export const TYPE_PREFIX = 'workflow.';
 
 type Data = Record<string, unknown>;
 /**
  * An SDK event as folded. `resumePayloadDigest` is this World's own record of a deduplicated
  * resume, never handed out (see `strip`).
  */
-type SdkEvent = Event & { eventData?: Data; correlationId?: string; resumeId?: string; resumePayloadDigest?: string };
+export type SdkEvent = Event & { eventData?: Data; correlationId?: string; resumeId?: string; resumePayloadDigest?: string };
 
 /** A hook, and whether it was disposed (a disposed hook keeps its id taken). */
 type HookState = { hook: Hook; live: boolean };
@@ -59,11 +59,25 @@ function emptyState(): RunState {
   return { steps: new Map(), hooks: new Map(), waits: new Map(), correlations: new Set(), attrEvents: new Set(), resumes: new Map(), events: [], lastSequence: 0 };
 }
 
-const TERMINAL_RUN = new Set(['completed', 'failed', 'cancelled']);
-const TERMINAL_STEP = new Set(['completed', 'failed', 'cancelled']);
-const TERMINAL_RUN_EVENTS = new Set(['run_completed', 'run_failed', 'run_cancelled']);
-const STEP_EVENTS = new Set(['step_created', 'step_started', 'step_completed', 'step_failed', 'step_retrying']);
-const CHILD_CREATIONS = new Set(['step_created', 'hook_created', 'wait_created']);
+/** A copy of `state` that events may be applied to without changing it. */
+export function copyState(state: RunState): RunState {
+  return {
+    ...state,
+    steps: new Map(state.steps),
+    hooks: new Map([...state.hooks].map(([id, h]) => [id, { ...h }])),
+    waits: new Map(state.waits),
+    correlations: new Set(state.correlations),
+    attrEvents: new Set(state.attrEvents),
+    resumes: new Map(state.resumes),
+    events: [...state.events],
+  };
+}
+
+export const TERMINAL_RUN = new Set(['completed', 'failed', 'cancelled']);
+export const TERMINAL_STEP = new Set(['completed', 'failed', 'cancelled']);
+export const TERMINAL_RUN_EVENTS = new Set(['run_completed', 'run_failed', 'run_cancelled']);
+export const STEP_EVENTS = new Set(['step_created', 'step_started', 'step_completed', 'step_failed', 'step_retrying']);
+export const CHILD_CREATIONS = new Set(['step_created', 'hook_created', 'wait_created']);
 
 /** The field of each event type that holds user data, left out when `resolveData` is `'none'`. */
 const REF_FIELD: Record<string, string> = {
@@ -105,7 +119,7 @@ function isRecord(v: unknown): v is Data {
 }
 
 /** Apply one SDK event to the state. The log holds only events checked when appended. */
-function apply(state: RunState, e: SdkEvent): void {
+export function apply(state: RunState, e: SdkEvent): void {
   const d = e.eventData ?? {};
   const at = e.createdAt;
   const cid = e.correlationId;
@@ -242,7 +256,7 @@ async function sdkEventsOf(world: World, sdkRunId: string, env: EventEnvelope): 
   return out;
 }
 
-function sdkEvent(runId: string, sequence: number, part: number, eventType: string, p: Data, createdAt: Date): SdkEvent {
+export function sdkEvent(runId: string, sequence: number, part: number, eventType: string, p: Data, createdAt: Date): SdkEvent {
   const e: Data = { eventType, runId, eventId: eventIdOf(sequence, part), createdAt };
   if (typeof p.correlationId === 'string') e.correlationId = p.correlationId;
   if (typeof p.specVersion === 'number') e.specVersion = p.specVersion;
@@ -253,11 +267,10 @@ function sdkEvent(runId: string, sequence: number, part: number, eventType: stri
 }
 
 /** What to store of an SDK event: everything but the ids and time our envelope has. */
-async function payloadOf(
+export async function payloadOf(
   world: World,
   sdkRunId: string,
   e: { eventType: string; correlationId?: string; specVersion?: number; eventData?: unknown; resumeId?: string; resumePayloadDigest?: string },
-  created?: Data,
 ): Promise<Data> {
   const home = { world, runId: logOfRun(sdkRunId), name: `${e.eventType}.eventData` };
   const p: Data = {};
@@ -266,7 +279,6 @@ async function payloadOf(
   if (e.resumeId !== undefined) p.resumeId = e.resumeId;
   if (e.resumePayloadDigest !== undefined) p.resumePayloadDigest = e.resumePayloadDigest;
   if (e.eventData !== undefined) p.eventData = await encode(e.eventData, home);
-  if (created !== undefined) p.created = await encode(created, { ...home, name: `${created.eventType}.eventData` });
   return p;
 }
 
@@ -347,54 +359,83 @@ export class RunCache {
 
   /**
    * Append what `decide` makes of the up-to-date state, committed only if the log has not grown
-   * since: when another writer got there first, refresh and decide again.
+   * since: when another writer got there first, refresh and decide again, at most
+   * {@link MAX_ATTEMPTS} times.
    */
   async transition<T>(sdkRunId: string, decide: (state: RunState) => Promise<Decision<T>>): Promise<T> {
     return this.inTurn(sdkRunId, async () => {
-      for (;;) {
+      for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
         const state = await this.refresh(sdkRunId);
         const d = await decide(state);
         if (d.kind === 'done') return d.value;
-        let env: EventEnvelope;
-        try {
-          env = await append(this.world, logOfRun(sdkRunId), { type: d.type, payload: d.payload, expectedSequence: state.lastSequence, index: d.index });
-        } catch (err) {
-          if (isSequenceConflict(err)) continue;
-          const holder = indexConflictHolder(err);
-          if (holder !== undefined && d.onIndexConflict) {
-            const other = await d.onIndexConflict(holder.holderRunId);
-            if (other !== undefined) {
-              try {
-                env = await append(this.world, logOfRun(sdkRunId), { type: other.type, payload: other.payload, expectedSequence: state.lastSequence, index: other.index });
-              } catch (err2) {
-                if (isSequenceConflict(err2)) continue;
-                throw err2;
-              }
-              const events = await sdkEventsOf(this.world, sdkRunId, env);
-              if (state.lastSequence + 1 === env.sequence) this.applyEnvelope(state, sdkRunId, events, env);
-              return other.result(events, state);
-            }
-          }
-          throw err;
-        }
-        const events = await sdkEventsOf(this.world, sdkRunId, env);
-        if (state.lastSequence + 1 === env.sequence) this.applyEnvelope(state, sdkRunId, events, env);
-        return d.result(events, state);
+        const committed = await this.commitFirst(sdkRunId, state, d);
+        if (committed !== undefined) return committed.value;
       }
+      // Another writer appended to the run between each read and commit: the queue delivers the
+      // message again later, when the run is quieter.
+      throw new WorkflowWorldError(`run "${sdkRunId}": other writers appended before each of ${MAX_ATTEMPTS} attempts to commit; try again`, { status: 503 });
     });
+  }
+
+  /**
+   * Commit `d` after `state`, or, when it claims an index entry another run holds, what its
+   * `onIndexConflict` makes instead. `undefined` when another writer appended first.
+   */
+  private async commitFirst<T>(sdkRunId: string, state: RunState, d: Extract<Decision<T>, { kind: 'append' }>): Promise<{ value: T } | undefined> {
+    try {
+      return { value: await this.commit(sdkRunId, state, d) };
+    } catch (err) {
+      if (isSequenceConflict(err)) return undefined;
+      const holder = indexConflictHolder(err);
+      const other = holder !== undefined && d.onIndexConflict ? await d.onIndexConflict(holder.holderRunId) : undefined;
+      if (other === undefined) throw err;
+      try {
+        return { value: await this.commit(sdkRunId, state, other) };
+      } catch (err2) {
+        if (isSequenceConflict(err2)) return undefined;
+        throw err2;
+      }
+    }
+  }
+
+  /**
+   * Append `c`'s envelopes after `state`'s last, together (one transaction), and fold them in:
+   * its result is what `c.result` makes of the SDK events they hold.
+   */
+  private async commit<T>(sdkRunId: string, state: RunState, c: Commit<T>): Promise<T> {
+    const log = logOfRun(sdkRunId);
+    const [first, ...rest] = c.appends;
+    const expectedSequence = state.lastSequence;
+    const envs =
+      rest.length === 0
+        ? [await append(this.world, log, { ...first, expectedSequence })]
+        : await appendEvents(this.world, log, [{ ...first, expectedSequence }, ...rest]);
+    const events: SdkEvent[] = [];
+    for (const env of envs) {
+      const held = await sdkEventsOf(this.world, sdkRunId, env);
+      if (state.lastSequence + 1 === env.sequence) this.applyEnvelope(state, sdkRunId, held, env);
+      events.push(...held);
+    }
+    return c.result(events, state);
   }
 }
 
-type Commit<T> = { type: string; payload: Data; index?: IndexWrite[]; result: (events: SdkEvent[], state: RunState) => T };
-type Decision<T> =
+/** How many times a transition reads and decides again when another writer appended first. */
+const MAX_ATTEMPTS = 100;
+
+/** One envelope of a transition: an SDK event as stored, and the index writes it makes. */
+export type Append = { type: string; payload: Data; index?: IndexWrite[] };
+/** What a transition appends (one envelope per SDK event, committed together) and answers. */
+export type Commit<T> = { appends: Append[]; result: (events: SdkEvent[], state: RunState) => T };
+export type Decision<T> =
   | { kind: 'done'; value: T }
   | ({ kind: 'append'; onIndexConflict?: (holderRunId: string | undefined) => Promise<Commit<T> | undefined> } & Commit<T>);
 
-type CreateParams = { resolveData?: ResolveData; sinceCursor?: string; skipPreload?: boolean; eventCount?: number; resumeId?: string; resumePayloadDigest?: string };
-type EventRequest = { eventType: string; correlationId?: string; specVersion?: number; eventData?: Data };
+export type CreateParams = { resolveData?: ResolveData; sinceCursor?: string; skipPreload?: boolean; eventCount?: number; resumeId?: string; resumePayloadDigest?: string };
+export type EventRequest = { eventType: string; correlationId?: string; specVersion?: number; eventData?: Data; resumeId?: string; resumePayloadDigest?: string };
 
 /** A run's entities as `events.create` returns them. */
-function resultOf(state: RunState, e: SdkEvent, params: CreateParams | undefined): EventResult {
+export function resultOf(state: RunState, e: SdkEvent, params: CreateParams | undefined): EventResult {
   const out: Data = { event: strip(e, params?.resolveData) };
   const cid = e.correlationId;
   if (e.eventType.startsWith('run_') || e.eventType === 'attr_set') out.run = state.run;
@@ -425,304 +466,7 @@ export function pageOf(events: readonly SdkEvent[], cursor: string | undefined, 
   return { data, cursor: last ? last.eventId : (cursor ?? null), hasMore };
 }
 
-/** The index writes of a run's status changing to `status`, and of its terminal release of tokens. */
-function statusIndex(sdkRunId: string, state: RunState, status: string): IndexWrite[] {
-  const writes: IndexWrite[] = [{ index: INDEX.runStatus, key: sdkRunId, value: status }];
-  if (TERMINAL_RUN.has(status)) {
-    for (const h of state.hooks.values()) if (h.live) writes.push({ index: INDEX.hookToken, key: indexText(h.hook.token), value: null });
-  }
-  return writes;
-}
-
-function correlationIndex(sdkRunId: string, state: RunState, cid: string | undefined): IndexWrite[] {
-  if (cid === undefined || state.correlations.has(cid)) return [];
-  return [{ index: INDEX.correlation, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) }];
-}
-
-/**
- * The SDK's own rules for run attributes (reserved keys, sizes, count): its
- * `AttributeValidationError`. A line without attributes (4.x) has no rules, and sends none.
- */
-function checkAttributes(line: SdkLine, changes: { key: string; value: unknown }[], allowReservedAttributes: boolean, existingKeys?: string[]): void {
-  line.validateAttributeChanges?.(changes, { allowReservedAttributes, existingKeys });
-}
-
-/** `events.create`: check the event against the run's state and append it. */
-export async function createEvent(cache: RunCache, world: World, runIdArg: string | null, data: EventRequest, params?: CreateParams): Promise<EventResult> {
-  const eventType = data.eventType;
-  let sdkRunId: string;
-  if (eventType === 'run_created') sdkRunId = runIdArg || `wrun_${ulid()}`;
-  else if (!runIdArg) throw new WorkflowWorldError('runId is required for non-run_created events', { status: 400 });
-  else sdkRunId = runIdArg;
-  if (!/^[A-Za-z0-9_-]{1,76}$/.test(sdkRunId)) throw new WorkflowWorldError(`invalid runId ${JSON.stringify(sdkRunId)}`, { status: 400 });
-  const line = cache.line;
-  const specVersion = data.specVersion ?? line.minted();
-  const req: EventRequest = { ...data, specVersion };
-  const cid = data.correlationId;
-  if (cid !== undefined && (typeof cid !== 'string' || cid.length === 0)) {
-    throw new WorkflowWorldError(`invalid correlationId ${JSON.stringify(cid)}`, { status: 400 });
-  }
-  const type = `${TYPE_PREFIX}${eventType}`;
-
-  /** `result` with, when the writer passed `sinceCursor`, the events after it (the inline delta). */
-  const withDelta =
-    (result: Commit<EventResult>['result']): Commit<EventResult>['result'] =>
-    (events, s) => {
-      const r = result(events, s) as EventResult & Data;
-      if (typeof params?.sinceCursor === 'string') {
-        const page = pageOf(s.events, params.sinceCursor, 1000, 'asc', params.resolveData);
-        r.events = page.data;
-        r.cursor = page.cursor;
-        r.hasMore = page.hasMore;
-      }
-      return r;
-    };
-
-  const decide = async (state: RunState): Promise<Decision<EventResult>> => {
-    const one = (events: SdkEvent[], s: RunState) => resultOf(s, events[events.length - 1], params);
-    const plain = async (index: IndexWrite[] = [], created?: Data): Promise<Extract<Decision<EventResult>, { kind: 'append' }>> => ({
-      kind: 'append',
-      type,
-      payload: await payloadOf(world, sdkRunId, req, created),
-      index: [...index, ...correlationIndex(sdkRunId, state, cid)],
-      result: one,
-    });
-
-    if (eventType === 'run_created') {
-      if (state.run !== undefined || state.lastSequence > 0) throw new EntityConflictError(`Workflow run "${sdkRunId}" already exists`);
-      const d = req.eventData ?? {};
-      checkAttributes(line, Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
-      return plain([
-        { index: INDEX.runStatus, key: sdkRunId, value: 'pending' },
-        { index: INDEX.runName, key: sdkRunId, value: indexText(String(d.workflowName)) },
-      ]);
-    }
-
-    let run = state.run;
-    let created: Data | undefined;
-    const d = req.eventData ?? {};
-    // Resilient start: a run_started carrying the run's input creates the run it starts.
-    if (eventType === 'run_started' && run === undefined && typeof d.deploymentId === 'string' && typeof d.workflowName === 'string' && d.input !== undefined) {
-      checkAttributes(line, Object.entries((d.attributes as Data | undefined) ?? {}).map(([key, value]) => ({ key, value })), d.allowReservedAttributes === true);
-      created = {
-        eventType: 'run_created',
-        specVersion,
-        eventData: {
-          deploymentId: d.deploymentId,
-          workflowName: d.workflowName,
-          input: d.input,
-          executionContext: d.executionContext,
-          attributes: d.attributes,
-          allowReservedAttributes: d.allowReservedAttributes,
-        },
-      };
-    }
-    if (run === undefined && created === undefined) throw new WorkflowRunNotFoundError(sdkRunId);
-    if (run !== undefined && typeof run.specVersion === 'number' && run.specVersion > line.maxReadable) throw new RunNotSupportedError(run.specVersion, line.maxReadable);
-
-    const lazyStep = eventType === 'step_started' && typeof d.stepName === 'string' && d.input !== undefined;
-    const createsChild = CHILD_CREATIONS.has(eventType) || lazyStep;
-    const status = run?.status;
-    if (status !== undefined && TERMINAL_RUN.has(status)) {
-      if (eventType === 'run_cancelled' && status === 'cancelled') return plain();
-      if (eventType === 'run_started') throw new RunExpiredError(`Workflow run "${sdkRunId}" is already in terminal state "${status}"`);
-      if (TERMINAL_RUN_EVENTS.has(eventType)) throw new EntityConflictError(`Cannot transition run from terminal state "${status}"`);
-      if (createsChild) throw new EntityConflictError(`Cannot create new entities on run in terminal state "${status}"`);
-      if (eventType === 'attr_set') throw new EntityConflictError(`Cannot set attributes on run in terminal state "${status}"`);
-    }
-
-    switch (eventType) {
-      case 'run_started': {
-        if (run?.status === 'running') return { kind: 'done', value: { run: structuredClone(run) } as EventResult };
-        const index = created
-          ? [
-              { index: INDEX.runStatus, key: sdkRunId, value: 'running' },
-              { index: INDEX.runName, key: sdkRunId, value: indexText(String(d.workflowName)) },
-            ]
-          : statusIndex(sdkRunId, state, 'running');
-        // The run's input belongs on run_created only.
-        const payload = await payloadOf(world, sdkRunId, { eventType, specVersion, correlationId: cid }, created);
-        return {
-          kind: 'append',
-          type,
-          payload,
-          index,
-          result: (events, s) => {
-            const r = resultOf(s, events[events.length - 1], params) as EventResult & Data;
-            // The log so far, so that the runtime need not list it first.
-            if (!params?.skipPreload) {
-              const page = pageOf(s.events, undefined, 1000, 'asc', params?.resolveData);
-              r.events = page.data;
-              r.cursor = page.cursor;
-              r.hasMore = page.hasMore;
-            }
-            return r;
-          },
-        };
-      }
-      case 'run_completed':
-        return plain(statusIndex(sdkRunId, state, 'completed'));
-      case 'run_failed':
-        return plain(statusIndex(sdkRunId, state, 'failed'));
-      case 'run_cancelled':
-        return plain(statusIndex(sdkRunId, state, 'cancelled'));
-      case 'attr_set': {
-        checkAttributes(line, (d.changes as { key: string; value: unknown }[] | undefined) ?? [], d.allowReservedAttributes === true, Object.keys(run?.attributes ?? {}));
-        if (cid !== undefined && (d.writer as Data | undefined)?.type === 'workflow' && state.attrEvents.has(cid)) {
-          throw new EntityConflictError(`Attribute event "${cid}" already exists`);
-        }
-        return plain();
-      }
-      case 'step_created':
-        if (cid === undefined) throw new WorkflowWorldError('step_created needs a correlationId', { status: 400 });
-        if (state.steps.has(cid)) throw new EntityConflictError(`Step "${cid}" already created`);
-        return plain();
-      case 'step_started':
-      case 'step_completed':
-      case 'step_failed':
-      case 'step_retrying': {
-        if (cid === undefined) throw new WorkflowWorldError(`${eventType} needs a correlationId`, { status: 400 });
-        const step = state.steps.get(cid);
-        if (step === undefined && !lazyStep) throw new WorkflowWorldError(`Step "${cid}" not found`, { status: 404 });
-        if (lazyStep && step !== undefined) throw new EntityConflictError(`Step "${cid}" already created`);
-        if (step !== undefined) {
-          if (TERMINAL_STEP.has(step.status)) throw new EntityConflictError(`Cannot modify step in terminal state "${step.status}"`);
-          if (status !== undefined && TERMINAL_RUN.has(status) && step.status !== 'running') {
-            throw new RunExpiredError(`Cannot modify non-running step on run in terminal state "${status}"`);
-          }
-        }
-        if (eventType === 'step_started') {
-          if (step?.retryAfter !== undefined && step.retryAfter.getTime() > Date.now()) {
-            const wait = Math.ceil((step.retryAfter.getTime() - Date.now()) / 1000);
-            throw new TooEarlyError(`Cannot start step "${cid}": retryAfter timestamp has not been reached yet`, wait);
-          }
-          if (lazyStep) {
-            // The step is created by this event: a synthetic step_created first, so replay sees it.
-            const { input, ...rest } = d;
-            const stepCreated: Data = { eventType: 'step_created', correlationId: cid, specVersion, eventData: { stepName: d.stepName, input } };
-            return {
-              kind: 'append',
-              type,
-              payload: await payloadOf(world, sdkRunId, { ...req, eventData: rest }, stepCreated),
-              index: correlationIndex(sdkRunId, state, cid),
-              result: (events, s) => ({ ...resultOf(s, events[events.length - 1], params), stepCreated: true }) as EventResult,
-            };
-          }
-        }
-        if (eventType === 'step_completed' || eventType === 'step_failed') return { ...(await plain()), result: withDelta(one) };
-        return plain();
-      }
-      case 'hook_created': {
-        if (cid === undefined) throw new WorkflowWorldError('hook_created needs a correlationId', { status: 400 });
-        if (state.hooks.has(cid)) throw new EntityConflictError(`Hook "${cid}" already created`);
-        const token = d.token;
-        if (typeof token !== 'string' || token.length === 0) {
-          throw new WorkflowWorldError('hook_created needs a token: a non-empty string', { status: 400 });
-        }
-        const conflict = async (holderRunId: string | undefined): Promise<Commit<EventResult>> => ({
-          type: `${TYPE_PREFIX}hook_conflict`,
-          payload: await payloadOf(world, sdkRunId, {
-            eventType: 'hook_conflict',
-            correlationId: cid,
-            specVersion,
-            eventData: { token, ...(holderRunId !== undefined ? { conflictingRunId: holderRunId } : {}) },
-          }),
-          index: correlationIndex(sdkRunId, state, cid),
-          // The delta is answered on the conflict too: it settles the same awaiter.
-          result: withDelta((events) => ({ event: strip(events[events.length - 1], params?.resolveData), hook: undefined }) as EventResult),
-        });
-        // A live hook of this run with the token: the run holds the index entry already.
-        for (const h of state.hooks.values()) {
-          if (h.live && h.hook.token === token) return { kind: 'append', ...(await conflict(sdkRunId)) };
-        }
-        const claim = await plain([
-          { index: INDEX.hookToken, key: indexText(token), value: indexText(cid) },
-          { index: INDEX.hook, key: `${sdkRunId}\n${indexText(cid)}`, value: indexText(cid) },
-        ]);
-        return {
-          ...claim,
-          result: withDelta(claim.result),
-          onIndexConflict: async (holder) => conflict(holder?.startsWith('run_') ? holder.slice(4) : holder),
-        };
-      }
-      case 'hook_received':
-      case 'hook_disposed': {
-        const resumeId = eventType === 'hook_received' && typeof params?.resumeId === 'string' ? params.resumeId : undefined;
-        const digest = resumeId !== undefined && typeof params?.resumePayloadDigest === 'string' ? params.resumePayloadDigest : undefined;
-        // A resume written again (a retry, the queue's re-ensure) is the event its first write committed.
-        const resumed = resumeId !== undefined ? state.resumes.get(resumeId) : undefined;
-        if (resumed !== undefined) {
-          if (resumed.correlationId !== cid) throw new EntityConflictError(`hook_received resumeId "${resumeId}" already recorded for a different hook`);
-          if (digest !== undefined && resumed.resumePayloadDigest !== undefined && digest !== resumed.resumePayloadDigest) {
-            throw new EntityConflictError(`hook_received resumeId "${resumeId}" already recorded with a different payload`);
-          }
-          return { kind: 'done', value: { event: strip(resumed, params?.resolveData) } as EventResult };
-        }
-        const h = cid === undefined ? undefined : state.hooks.get(cid);
-        if (h === undefined || !h.live) throw new HookNotFoundError(cid ?? '');
-        if (eventType === 'hook_disposed') return plain([{ index: INDEX.hookToken, key: indexText(h.hook.token), value: null }]);
-        if (resumeId === undefined) return plain();
-        return {
-          ...(await plain()),
-          payload: await payloadOf(world, sdkRunId, { ...req, resumeId, resumePayloadDigest: digest }),
-        };
-      }
-      case 'wait_created':
-        if (cid === undefined) throw new WorkflowWorldError('wait_created needs a correlationId', { status: 400 });
-        if (state.waits.has(cid)) throw new EntityConflictError(`Wait "${cid}" already exists`);
-        return plain();
-      case 'wait_completed': {
-        const w = cid === undefined ? undefined : state.waits.get(cid);
-        // A run's waits end with it, as the SDK's local world deletes them.
-        if (w === undefined || TERMINAL_RUN.has(run?.status ?? '')) throw new WorkflowWorldError(`Wait "${cid}" not found`, { status: 404 });
-        if (w.status === 'completed') throw new EntityConflictError(`Wait "${cid}" already completed`);
-        return plain();
-      }
-      default:
-        throw new WorkflowWorldError(`unknown event type ${JSON.stringify(eventType)}`, { status: 400 });
-    }
-  };
-  return cache.transition<EventResult>(sdkRunId, async (state) => reportingSkipped(await decide(state), params));
-}
-
 /** An event of a run by its SDK id. */
 export function findEvent(state: RunState, eventId: string): SdkEvent | undefined {
   return state.events.find((e) => e.eventId === eventId);
 }
-
-/**
- * `decision` with its results reporting, when the writer's `eventCount` was stale, the events it
- * had not seen: a stale count never refuses a write, which commits at the next free position, and
- * the events between the position asked for and the one taken come back in `events`.
- */
-function reportingSkipped(decision: Decision<EventResult>, params: CreateParams | undefined): Decision<EventResult> {
-  const seen = params?.eventCount;
-  if (decision.kind !== 'append' || typeof seen !== 'number' || !Number.isSafeInteger(seen) || seen < 0) return decision;
-  const report =
-    (result: Commit<EventResult>['result']): Commit<EventResult>['result'] =>
-    (events, state) => {
-      const r = result(events, state) as EventResult & Data;
-      // The position of the first event this write committed.
-      const first = state.events.length - events.length + 1;
-      if (r.events === undefined && first > seen + 1) {
-        const skipped = state.events.slice(seen, first - 1).map((e) => strip(e, params?.resolveData));
-        r.events = skipped;
-        r.cursor = skipped[skipped.length - 1].eventId;
-        r.hasMore = false;
-      }
-      return r;
-    };
-  const onIndexConflict = decision.onIndexConflict;
-  return {
-    ...decision,
-    result: report(decision.result),
-    onIndexConflict:
-      onIndexConflict &&
-      (async (holder) => {
-        const other = await onIndexConflict(holder);
-        return other && { ...other, result: report(other.result) };
-      }),
-  };
-}
-
-export type { SdkEvent };

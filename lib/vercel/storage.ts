@@ -2,7 +2,8 @@
 // reads go through the indexes committed with the events.
 import type { Hook, Step, Storage, WorkflowRun } from '@workflow/world';
 import { HookNotFoundError, WorkflowRunNotFoundError, WorkflowWorldError } from './errors.js';
-import { createEvent, findEvent, INDEX, pageOf, RunCache, strip, type ResolveData, type RunState, type SdkEvent } from './runs.js';
+import { createEvent, createEventBatch } from './decide.js';
+import { findEvent, INDEX, pageOf, RunCache, strip, type ResolveData, type RunState, type SdkEvent } from './runs.js';
 import { logOfRun } from './ids.js';
 import { allIndexEntries, indexText, listIndexEntries, lookupIndexEntry, subscribe, type World } from './store.js';
 
@@ -166,6 +167,8 @@ export function createStorage(world: World, cache: RunCache): Storage {
   const events = {
     create: (runId: string | null, data: unknown, params?: unknown) =>
       createEvent(cache, world, runId, data as Parameters<typeof createEvent>[3], params as Parameters<typeof createEvent>[4]),
+    createBatch: (runId: string, items: unknown, params?: unknown) =>
+      createEventBatch(cache, world, runId, items as Parameters<typeof createEventBatch>[3], params as Parameters<typeof createEventBatch>[4]),
     async get(runId: string, eventId: string, params?: { resolveData?: ResolveData }) {
       const state = await stateOf(runId);
       const e = findEvent(state, eventId);

@@ -5,7 +5,7 @@ import { types } from 'node:util';
 import { listIndexEntries, readArtifact, writeArtifact, type EventEnvelope, type IndexEntry, type IndexWrite, type RunLock, type World } from '../../world.js';
 
 export type { EventEnvelope, IndexEntry, IndexWrite, RunLock, World };
-export { acquireRunLock, appendEvent as append, listEvents, listIndexEntries, localWorld, lookupIndexEntry, postgresWorld, subscribe } from '../../world.js';
+export { acquireRunLock, appendEvent as append, appendEvents, listEvents, listIndexEntries, localWorld, lookupIndexEntry, postgresWorld, subscribe } from '../../world.js';
 
 /** Longest SDK text kept as is in an index key or value; the store takes 1,024 bytes. */
 const INDEX_TEXT_MAX_BYTES = 900;
