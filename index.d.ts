@@ -47,6 +47,11 @@ export declare class NativeWorld {
    */
   append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null, strings?: Array<string> | undefined | null, expectedSequence?: number | undefined | null, indexJson?: string | undefined | null): Promise<string>
   /**
+   * Append events to a run in one transaction, whole or not at all; resolves with their
+   * envelopes' canonical JSON, in order.
+   */
+  appendGroup(runId: string, group: Array<GroupAppend>): Promise<string[]>
+  /**
    * Append a run-event draft (JSON text, `type` included) to a run (`session: false`) or a
    * session; resolves with the envelope's canonical JSON.
    */
@@ -164,6 +169,19 @@ export declare function checkId(kind: string, id: string): void
 
 /** The run-event fold over a JSON array of run events; the state as canonical JSON. */
 export declare function foldRunEventsJson(eventsJson: string): string
+
+/**
+ * One append of a group (see `NativeWorld.appendGroup`), with the fields of
+ * `NativeWorld.append`.
+ */
+export interface GroupAppend {
+  eventType: string
+  payloadJson: string
+  strings?: Array<string>
+  idempotencyKey?: string
+  expectedSequence?: number
+  indexJson?: string
+}
 
 /**
  * The types each vocabulary knows, as JSON: `{"events": [...], "runEvents": [...],

@@ -66,6 +66,11 @@ describe.each(worldKinds)('deleting and pruning runs on %s', (_name, makeWorld) 
     expect(await deleteRun(world, 'run_owner')).toEqual({ runId: 'run_owner', deleted: true, events: 4, artifacts: 0, bytes: 0 });
     expect((await queryRuns(world, { order: 'id' })).runs.map((r) => r.runId)).toEqual(['run_other']);
     expect(await lookupIndexEntry(world, 'little.owner', 'run_owner_stream')).toBeUndefined();
+    // A deleted run owns nothing: a stream that names it is refused, and nothing is written.
+    const orphan = await rejection(appendEvent(world, 'run_owner_stream', { type: 'chunk', payload: { n: 3 }, ...own('run_owner_stream') }));
+    expect(orphan).toBeInstanceOf(EventValidationError);
+    expect(orphan.message).toMatch(/owner/);
+    expect(await listEvents(world, 'run_owner_stream')).toEqual([]);
     // A prune takes them along too, and counts only the runs it pruned.
     await appendEvent(world, 'run_owner', { type: 'RunStarted', payload: {} });
     await appendEvent(world, 'run_owner', { type: 'RunCompleted', payload: {} });

@@ -11,6 +11,13 @@ import { tempDir, track, worldKinds } from './helpers';
 
 type Sdk = ReturnType<typeof createWorld>;
 
+/** Answer every message of the app's queues in this process, as a handler that finds nothing to do. */
+function handleAll(sdk: Sdk): void {
+  for (const prefix of ['__wkf_workflow_', '__wkf_step_']) {
+    sdk.registerHandler(prefix, sdk.createQueueHandler(prefix as never, async () => undefined));
+  }
+}
+
 const bytes = (...b: number[]) => new Uint8Array(b);
 
 /** A run with a completed step, a hook, a closed stream and a message of each queue; its log and the logs it wrote to. */
@@ -91,6 +98,58 @@ describe.each(worldKinds.filter(([kind]) => kind === 'localWorld' || kind === 'p
       await expectKept(world, sdk, other);
       expect(await logIds(world)).toContain(`run_wq_${forNoRun.messageId}`);
       expect((await verifyWorld(world)).ok).toBe(true);
+    } finally {
+      await sdk.close();
+    }
+  });
+});
+
+describe.each(worldKinds.filter(([kind]) => kind === 'localWorld' || kind === 'postgresWorld'))('writes for an SDK run deleted on %s', (_kind, open) => {
+  it('are refused and leave no log: a stream written on, a new stream, a message enqueued', async () => {
+    const world = open();
+    const sdk = createWorld({ world });
+    try {
+      const doomed = await busyRun(world, sdk, 'doomed');
+      const s = sdk.streams;
+      await deleteRun(world, doomed.log);
+      handleAll(sdk);
+      const before = await logIds(world);
+      // A step still running: it writes on to its stream, opens another and enqueues a message.
+      await expect(s.write(doomed.runId, 'out', 'late')).rejects.toMatchObject({ name: 'WorkflowWorldError', status: 410 });
+      await expect(s.write(doomed.runId, 'other', 'late')).rejects.toMatchObject({ name: 'WorkflowWorldError', status: 410 });
+      await expect(s.close(doomed.runId, 'out')).rejects.toMatchObject({ status: 410 });
+      const late = await sdk.queue('__wkf_step_s' as never, { workflowName: 'wf', workflowRunId: doomed.runId, workflowStartedAt: Date.now(), stepId: 'step_2' } as never);
+      // Delivered (the step handler finds no run) and then deleted: nothing of the run is left.
+      const lateLog = `run_wq_${late.messageId}`;
+      const end = Date.now() + 20_000;
+      while ((await listEvents(world, lateLog)).length > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+      expect(await listEvents(world, lateLog)).toEqual([]);
+      // A PostgreSQL world's process looks again at what it enqueued, and enqueues again what the
+      // store lost: the run's messages, deleted with it, are not among them.
+      if (world.kind === 'postgres') await new Promise((r) => setTimeout(r, 5_500));
+      expect(await logIds(world)).toEqual(before);
+      expect((await verifyWorld(world)).ok).toBe(true);
+    } finally {
+      await sdk.close();
+    }
+  });
+
+  it("names a run created after its first message that run's owner once delivered, so the message goes with it", async () => {
+    const world = open();
+    const sdk = createWorld({ world });
+    try {
+      // As the SDK starts a run: its first message may be enqueued before run_created commits.
+      handleAll(sdk);
+      const runId = 'wrun_01ADOPTED0000000000000000';
+      const first = await sdk.queue('__wkf_workflow_wf' as never, { runId } as never, { delaySeconds: 1 });
+      await sdk.events.create(runId, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: bytes(1) } } as never);
+      const log = `run_wq_${first.messageId}`;
+      const end = Date.now() + 20_000;
+      const delivered = async () => (await listEvents(world, log)).some((e) => e.type === 'workflow.queue.delivered' || e.type === 'workflow.queue.attempt_failed');
+      while (!(await delivered()) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+      expect(await delivered()).toBe(true);
+      await deleteRun(world, `run_${runId}`);
+      expect(await listEvents(world, log)).toEqual([]);
     } finally {
       await sdk.close();
     }

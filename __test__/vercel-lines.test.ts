@@ -10,7 +10,7 @@ import * as sdk from '@workflow/world';
 import * as beta from '@workflow/world-beta';
 import { describe, expect, it } from 'vitest';
 import { createWorld } from '@little-workflow/world/vercel';
-import { listEvents, localWorld, postgresWorld } from '@little-workflow/world';
+import { appendEvent, listEvents, localWorld, postgresWorld, type World } from '@little-workflow/world';
 import { lineOf } from '../lib/vercel/line.js';
 import { createEvent } from '../lib/vercel/decide.js';
 import { RunCache } from '../lib/vercel/runs.js';
@@ -65,11 +65,17 @@ describe('the line of the installed @workflow/world', () => {
   });
 });
 
+/** Runs with an event each, as a stream's owner must be. */
+async function runsExist(world: World, ...runIds: string[]): Promise<void> {
+  for (const runId of runIds) await appendEvent(world, `run_${runId}`, { type: 'test.run', payload: {} });
+}
+
 describe("the 4.x line's World-level streams", () => {
   it('writes, closes and reads a stream by its name, lists it by run, and pages and counts its chunks', async () => {
     const world = localWorld({ dataDir: tempDir() });
     try {
       const s = createWorldLevelStreams(world);
+      await runsExist(world, 'wrun_1', 'wrun_2');
       const name = 'strm_01ABC_user';
       await s.writeToStream(name, Promise.resolve('wrun_1'), 'a');
       await s.writeToStreamMulti(name, 'wrun_1', ['b', new TextEncoder().encode('c')]);
@@ -97,6 +103,7 @@ describe("the 4.x line's World-level streams", () => {
     const world = localWorld({ dataDir: tempDir() });
     try {
       const s = createWorldLevelStreams(world);
+      await runsExist(world, 'wrun_1');
       const reading = s.readFromStream('strm_live').then(text);
       await s.writeToStream('strm_live', 'wrun_1', 'x');
       await s.writeToStream('strm_live', 'wrun_1', 'y');
@@ -216,7 +223,7 @@ describe('slot-numbered event ids on the 5.x beta line', () => {
 describe('createBatch on the 5.x beta line', () => {
   type BatchResult = { status: number; error?: string; event?: { eventId: string; eventType: string }; step?: { status: string; attempt: number }; wait?: { status: string } };
   const batch = (storage: ReturnType<typeof betaStorage>['storage'], runId: string, events: Record<string, unknown>[]) =>
-    (storage.events.createBatch as (r: string, e: unknown[]) => Promise<{ results: BatchResult[] }>)(runId, events.map((event) => ({ event })));
+    (storage.events as unknown as { createBatch: (r: string, e: unknown[]) => Promise<{ results: BatchResult[] }> }).createBatch(runId, events.map((event) => ({ event })));
 
   it("commits a fan-out at consecutive slots, each event answered as its own create would be, a step's pair born running", async () => {
     const { world, storage, create, ids } = betaStorage();
@@ -229,7 +236,8 @@ describe('createBatch on the 5.x beta line', () => {
         // Created before: refused as its own create would be, while the rest commit.
         { eventType: 'step_created', correlationId: 'step_0', eventData: { stepName: 's', input: new Uint8Array([0]) } },
         { eventType: 'step_created', correlationId: 'step_2', eventData: { stepName: 's', input: new Uint8Array([2]) } },
-        { eventType: 'step_started', correlationId: 'step_2' },
+        // The runtime's pre-claimed inline pair: the start names the step and its owner, without an input.
+        { eventType: 'step_started', correlationId: 'step_2', eventData: { stepName: 's', ownerMessageId: 'msg_1' } },
         { eventType: 'wait_created', correlationId: 'wait_1', eventData: { resumeAt: new Date(Date.now() + 60_000) } },
       ]);
       expect(results.map((r) => r.status)).toEqual([200, 409, 200, 200, 200]);

@@ -445,8 +445,8 @@ export async function createEventBatch(cache: RunCache, world: World, runId: str
 
 /**
  * Refuse, as the SDK's interface says, a batch of a type left to the single `create`, or with
- * more events on one entity than one write can express: the one pair allowed is a bare
- * `step_started` right after its step's `step_created`.
+ * more events on one entity than one write can express: the one pair allowed is a
+ * `step_started` without an input right after its step's `step_created`.
  */
 function checkBatch(items: BatchItem[]): void {
   if (!Array.isArray(items) || items.length === 0 || items.length > MAX_BATCH) {
@@ -460,8 +460,8 @@ function checkBatch(items: BatchItem[]): void {
     const cid = e.correlationId;
     if (cid === undefined) return;
     const pairs = e.eventType === 'step_started' && items[i - 1]?.event?.eventType === 'step_created' && items[i - 1].event.correlationId === cid;
-    if (pairs && e.eventData !== undefined && Object.keys(e.eventData).length > 0) {
-      throw new WorkflowWorldError(`createBatch: the step_started of step "${cid}" carries a payload; its input belongs on its step_created`, { status: 400 });
+    if (pairs && e.eventData?.input !== undefined) {
+      throw new WorkflowWorldError(`createBatch: the step_started of step "${cid}" carries an input; it belongs on its step_created`, { status: 400 });
     }
     if (seen.has(cid) && !pairs) throw new WorkflowWorldError(`createBatch: more than one event for "${cid}"`, { status: 400 });
     seen.add(cid);

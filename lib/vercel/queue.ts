@@ -11,11 +11,16 @@
 //
 // A message for a run (a workflow message's `runId`, a step message's `workflowRunId`) names that
 // run's log as its owner (`OWNER_INDEX`), so deleting or pruning the run deletes the message too.
+// An owner must hold events: a message enqueued before its run is created (the SDK starts a run
+// by enqueueing its first message beside the run_created) names its run in `adopt` instead, and
+// each outcome recorded for it names the run its owner once the run is there. A message for a
+// run deleted meanwhile is refused, one lost by the store is not enqueued again, and one delivered
+// for a run that is not there (deleted since) is deleted too.
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { MessageId, Queue, QueuePayload, QueuePrefix, ValidQueueName } from '@workflow/world';
 import { logOfRun, ulid } from './ids.js';
-import { acquireRunLock, allIndexEntries, append, decode, encode, indexConflictHolder, indexText, isSequenceConflict, listEvents, lookupIndexEntry, ownerEntry, type IndexWrite, type RunLock, type World } from './store.js';
+import { acquireRunLock, allIndexEntries, append, decode, deleteRun, encode, holdsEvents, indexConflictHolder, indexText, isOwnerMissing, isSequenceConflict, listEvents, lookupIndexEntry, ownerEntry, type IndexWrite, type RunLock, type World } from './store.js';
 
 export const QUEUE_INDEX = {
   pending: 'workflow.queue.pending',
@@ -77,6 +82,8 @@ type MessageState = {
   body: unknown;
   headers: Record<string, string>;
   idempotencyKey?: string;
+  /** The log of the run to name as owner once it exists, for a message enqueued before it. */
+  adopt?: string;
   /** Deliveries that reached a handler. */
   deliveries: number;
   /** Not before this time (ms). */
@@ -95,6 +102,7 @@ function foldMessage(events: readonly { type: string; sequence: number; payload:
         body: p.body,
         headers: (p.headers as Record<string, string> | undefined) ?? {},
         idempotencyKey: p.idempotencyKey as string | undefined,
+        adopt: p.adopt as string | undefined,
         deliveries: 0,
         dueAt: p.deliverAt as number,
         final: false,
@@ -179,8 +187,10 @@ export class DurableQueue {
     const index: IndexWrite[] = [{ index: QUEUE_INDEX.pending, key: messageId, value: queueName }];
     if (key !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key: indexText(key), value: messageId });
     const run = runOfMessage(message);
-    if (run !== undefined) index.push(ownerEntry(log, logOfRun(run)));
-    const payload = { queueName, body, deliverAt, ...(opts?.headers ? { headers: opts.headers } : {}), ...(key !== undefined ? { idempotencyKey: key } : {}) };
+    const owned = run !== undefined && (await holdsEvents(this.world, logOfRun(run)));
+    if (owned) index.push(ownerEntry(log, logOfRun(run)));
+    const adopt = run !== undefined && !owned ? { adopt: logOfRun(run) } : {};
+    const payload = { queueName, body, deliverAt, ...(opts?.headers ? { headers: opts.headers } : {}), ...(key !== undefined ? { idempotencyKey: key } : {}), ...adopt };
     try {
       await append(this.world, log, { type: T.enqueued, payload, expectedSequence: 0, index });
     } catch (err) {
@@ -318,7 +328,8 @@ export class DurableQueue {
       return true;
     } catch (err) {
       if (isSequenceConflict(err)) return true; // written again already
-      if (indexConflictHolder(err) !== undefined) {
+      // Another message holds its key (that message is this one), or its run was deleted.
+      if (indexConflictHolder(err) !== undefined || isOwnerMissing(err)) {
         clearTimeout(kept.timer);
         this.unsettled.delete(messageId);
         return false;
@@ -330,6 +341,7 @@ export class DurableQueue {
   /** One look at a message: deliver it if due and not leased elsewhere. Resolves with when to look again. */
   private async attempt(messageId: string): Promise<number | undefined> {
     const log = queueLog(messageId);
+    let orphaned = false;
     let lock: RunLock;
     try {
       lock = await acquireRunLock(this.world, log, { waitMs: 0 });
@@ -368,6 +380,8 @@ export class DurableQueue {
         const index: { index: string; key: string; value: null }[] = [{ index: QUEUE_INDEX.pending, key: messageId, value: null }];
         if (state.idempotencyKey !== undefined) index.push({ index: QUEUE_INDEX.idempotency, key: indexText(state.idempotencyKey), value: null });
         await this.record(log, state, { type: T.delivered, payload: { attempt }, index });
+        // Delivered for a run that is not there (deleted since it was enqueued): nothing keeps it.
+        orphaned = state.adopt !== undefined && !(await holdsEvents(this.world, state.adopt));
         return undefined;
       }
       console.error(`[little-workflow] queue message failed (attempt ${attempt}, HTTP ${outcome.status})`, { messageId, queueName: state.queueName, handlerError: outcome.text });
@@ -376,13 +390,23 @@ export class DurableQueue {
       return retryAt;
     } finally {
       await lock.release().catch(() => {});
+      if (orphaned) await deleteRun(this.world, log).catch(() => {});
     }
   }
 
   /** Append a delivery's outcome; under the lease no other writer appends, so a conflict is a bug to surface. */
-  private async record(log: string, state: MessageState, e: { type: string; payload: Record<string, unknown>; index?: { index: string; key: string; value: string | null }[] }): Promise<void> {
+  private async record(log: string, state: MessageState, e: { type: string; payload: Record<string, unknown>; index?: IndexWrite[] }): Promise<void> {
+    // A message enqueued before its run names the run its owner as soon as the run is there.
+    const adopting = state.adopt !== undefined && (await holdsEvents(this.world, state.adopt));
+    const owner = adopting ? [ownerEntry(log, state.adopt as string)] : [];
     try {
-      await append(this.world, log, { ...e, expectedSequence: state.lastSequence });
+      try {
+        await append(this.world, log, { ...e, index: [...(e.index ?? []), ...owner], expectedSequence: state.lastSequence });
+      } catch (err) {
+        // The run was deleted since it was looked for: the outcome is recorded all the same.
+        if (!adopting || !isOwnerMissing(err)) throw err;
+        await append(this.world, log, { ...e, expectedSequence: state.lastSequence });
+      }
     } catch (err) {
       if (isSequenceConflict(err)) throw new Error(`queue message ${log} was written to while leased`, { cause: err });
       throw err;

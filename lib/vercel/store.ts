@@ -2,10 +2,10 @@
 // payloads: bytes inline as base64 (or as an artifact when large), dates as ISO strings.
 import { createHash } from 'node:crypto';
 import { types } from 'node:util';
-import { listIndexEntries, readArtifact, writeArtifact, type EventEnvelope, type IndexEntry, type IndexWrite, type RunLock, type World } from '../../world.js';
+import { listEvents as listEventsOf, listIndexEntries, readArtifact, writeArtifact, type EventEnvelope, type IndexEntry, type IndexWrite, type RunLock, type World } from '../../world.js';
 
 export type { EventEnvelope, IndexEntry, IndexWrite, RunLock, World };
-export { acquireRunLock, appendEvent as append, appendEvents, listEvents, listIndexEntries, localWorld, lookupIndexEntry, postgresWorld, subscribe } from '../../world.js';
+export { acquireRunLock, appendEvent as append, appendEvents, deleteRun, listEvents, listIndexEntries, localWorld, lookupIndexEntry, postgresWorld, subscribe } from '../../world.js';
 
 /** Longest SDK text kept as is in an index key or value; the store takes 1,024 bytes. */
 const INDEX_TEXT_MAX_BYTES = 900;
@@ -46,6 +46,18 @@ export function ownerEntry(log: string, runLog: string): IndexWrite {
 /** Whether `err` is the rejection of an append whose `expectedSequence` was not the run's last. */
 export function isSequenceConflict(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === 'EVENT_SEQUENCE_CONFLICT';
+}
+
+/** Whether `err` refuses an owner entry (see {@link ownerEntry}) because its run holds no events: it was deleted, or not yet created. */
+export function isOwnerMissing(err: unknown): boolean {
+  const e = err as { code?: unknown; details?: Record<string, unknown> } | null;
+  const path = (err as { path?: unknown } | null)?.path ?? e?.details?.path;
+  return e?.code === 'EVENT_VALIDATION' && /^index\[\d+\]\.value$/.test(String(path)) && /owner/.test(String((err as Error).message));
+}
+
+/** Whether the run `runLog` holds events. */
+export async function holdsEvents(world: World, runLog: string): Promise<boolean> {
+  return (await listEventsOf(world, runLog, { limit: 1 })).length > 0;
 }
 
 /** Whether `err` is the rejection of an index write to an entry another run holds; its holder. */

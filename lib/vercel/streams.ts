@@ -3,11 +3,13 @@
 // `subscribe`, so they never list it again; the streams of a run are found through an index.
 // Later lines know a stream by its run and its name (`world.streams`); the 4.x line by its name
 // alone, a unique id, through methods of the World itself. A stream's log names its run's log as
-// its owner (`OWNER_INDEX`), so deleting or pruning the run deletes the stream with it.
+// its owner (`OWNER_INDEX`), so deleting or pruning the run deletes the stream with it; a write
+// for a run deleted meanwhile (a step still running then) is refused, and leaves no log behind.
 import { createHash } from 'node:crypto';
 import type { Streamer } from '@workflow/world';
+import { WorkflowWorldError } from './errors.js';
 import { logOfRun } from './ids.js';
-import { allIndexEntries, append, decode, encode, listEvents, ownerEntry, subscribe, type EventEnvelope, type IndexWrite, type World } from './store.js';
+import { allIndexEntries, append, decode, deleteRun, encode, holdsEvents, isOwnerMissing, listEvents, ownerEntry, subscribe, type EventEnvelope, type IndexWrite, type World } from './store.js';
 
 export const STREAM_INDEX = 'workflow.stream';
 
@@ -56,10 +58,35 @@ export function createStreamer(world: World, logOf: (runId: string, name: string
     const runId = await runIdArg;
     const log = logOf(runId, name);
     const data = await encode(bytesOf(chunk), { world, runId: log, name: 'chunk' });
+    await appendFiled(runId, name, log, CHUNK, { data }, false);
+  }
+
+  /**
+   * Append to the stream `name` of `runId`, filing it under its run (and naming the run's log its
+   * owner) unless this process did already; `refile` files it again all the same. Refused when
+   * the run was deleted: a first append is refused by the store, and a later one that finds the
+   * log emptied removes what it wrote again.
+   */
+  async function appendFiled(runId: string, name: string, log: string, type: string, payload: Record<string, unknown>, refile: boolean): Promise<void> {
     const key = `${runId}\n${name}`;
-    const index = indexed.has(key) ? undefined : entriesOf(log, key, runId);
-    const env = await append(world, log, { type: CHUNK, payload: { data }, index });
+    const index = indexed.has(key) && !refile ? undefined : entriesOf(log, key, runId);
+    let env: EventEnvelope;
+    try {
+      env = await append(world, log, { type, payload, index });
+    } catch (err) {
+      if (isOwnerMissing(err)) throw runDeleted(runId, name);
+      throw err;
+    }
+    const emptied = index === undefined && env.sequence <= (indexed.get(key) ?? 0);
     indexedBy(key, env.sequence, index !== undefined);
+    if (emptied && runId !== '' && !(await holdsEvents(world, logOfRun(runId)))) {
+      await deleteRun(world, log);
+      throw runDeleted(runId, name);
+    }
+  }
+
+  function runDeleted(runId: string, name: string): Error {
+    return new WorkflowWorldError(`stream "${name}" was not written: run "${runId}" was deleted`, { status: 410 });
   }
 
   async function chunkOf(env: EventEnvelope): Promise<Uint8Array> {
@@ -84,12 +111,8 @@ export function createStreamer(world: World, logOf: (runId: string, name: string
     },
     async close(runIdArg: string, name: string) {
       const runId = await runIdArg;
-      const key = `${runId}\n${name}`;
       // Where the store can forget, the last event of a stream writes its entry again.
-      const log = logOf(runId, name);
-      const index = indexed.has(key) && !forgetful ? undefined : entriesOf(log, key, runId);
-      const env = await append(world, log, { type: CLOSED, payload: {}, index });
-      indexedBy(key, env.sequence, index !== undefined);
+      await appendFiled(runId, name, logOf(runId, name), CLOSED, {}, forgetful);
     },
     async get(runIdArg: string, name: string, startIndex = 0) {
       const runId = await runIdArg;

@@ -25,6 +25,14 @@ use crate::core::vocabulary::{Effects, Stream, Vocabulary};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
+/// The index through which a stream names the run that owns it: an entry whose key is the
+/// stream's id and whose value is the run's, written by the stream's own append. Deleting the run
+/// (or pruning it) deletes the stream too, in the same transaction: a Workflow SDK run's stream
+/// and queue-message logs are such streams. An entry may only name a run that holds events, so
+/// that nothing written after a run's deletion (a step still running then) makes a stream the
+/// deletion can no longer reach.
+pub const OWNER_INDEX: &str = "little.owner";
+
 /// Longest event type name.
 pub const MAX_TYPE_LEN: usize = 256;
 /// Longest idempotency key.
@@ -841,6 +849,9 @@ fn scope_of<'a>(batch: impl IntoIterator<Item = &'a PreparedAppend>) -> Scope<'a
         if seen.insert(run) {
             scope.runs.push(run);
         }
+        for owner in item.index.iter().filter(|w| w.index == OWNER_INDEX).filter_map(|w| w.value.as_deref()) {
+            scope.owners.push(owner);
+        }
         if let Some(key) = &item.key {
             scope.keys.push((run, key));
         }
@@ -922,6 +933,22 @@ fn append_one<'b>(
                 key: w.key.clone(),
                 holder,
             });
+        }
+    }
+    for (i, w) in item.index.iter().enumerate() {
+        if let (OWNER_INDEX, Some(owner)) = (w.index.as_str(), w.value.as_deref()) {
+            if owner != run && tx.last_sequence(owner)? == 0 {
+                return Err(WorldError::validation(
+                    format!("index[{i}].value"),
+                    format!(
+                        "names {} as the owner of {}, and it holds no events: a stream is owned only by a run that \
+                         exists (a deleted run owns nothing)",
+                        canonical::string_literal(owner),
+                        canonical::string_literal(run)
+                    ),
+                )
+                .for_run(run));
+            }
         }
     }
     if let Some(end) = cursor.ended {

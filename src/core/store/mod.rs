@@ -214,6 +214,10 @@ pub trait LogTx {
 pub struct Scope<'a> {
     /// The streams appended to.
     pub runs: Vec<&'a str>,
+    /// Runs named as an owner (see [`crate::core::events::OWNER_INDEX`]), whose events are
+    /// counted: they must be counted under their locks, never from what a backend remembers, or
+    /// a run another host deleted would be taken to exist.
+    pub owners: Vec<&'a str>,
     /// `(stream, idempotency key)` of keyed appends.
     pub keys: Vec<(&'a str, &'a str)>,
     /// `(stream, node)` of node terminal events (a stream's own end is asked of every stream).
@@ -230,6 +234,7 @@ impl Scope<'_> {
     /// Nothing known in advance.
     pub const NONE: Scope<'static> = Scope {
         runs: Vec::new(),
+        owners: Vec::new(),
         keys: Vec::new(),
         nodes: Vec::new(),
         estimates: Vec::new(),

@@ -23,11 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The index through which a stream names the run that owns it: an entry whose key is the
-/// stream's id and whose value is the run's, written by the stream's own append. Deleting the run
-/// (or pruning it) deletes the stream too, in the same transaction: a Workflow SDK run's stream
-/// and queue-message logs are such streams.
-pub const OWNER_INDEX: &str = "little.owner";
+pub use crate::core::events::OWNER_INDEX;
 
 /// Runs deleted in one transaction by a prune: small enough that appends to other runs wait at
 /// most one such transaction.

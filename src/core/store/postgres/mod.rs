@@ -668,7 +668,8 @@ impl PgWriter {
 
 impl LogWriter for PgWriter {
     fn transaction(&mut self, scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
-        let mut runs: Vec<String> = scope.runs.iter().map(|r| r.to_string()).collect();
+        // Owners are locked with the streams appended to, all in id order.
+        let mut runs: Vec<String> = scope.runs.iter().chain(&scope.owners).map(|r| r.to_string()).collect();
         runs.sort();
         runs.dedup();
         if self.remembers(&runs, scope) {
@@ -811,6 +812,7 @@ impl PgWriter {
     /// stores an artifact on the strength of its checks.
     fn remembers(&self, runs: &[String], scope: &Scope<'_>) -> bool {
         !scope.stores_artifacts
+            && scope.owners.is_empty()
             && runs.iter().all(|r| self.tails.contains_key(r))
             && scope
                 .estimates
