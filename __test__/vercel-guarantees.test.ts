@@ -242,6 +242,8 @@ describe('the Vercel World, beyond the conformance suite', () => {
     const world = createWorld({ dataDir });
     try {
       const runId = 'wrun_01JSTREAMLIVE0000000000000';
+      // A stream belongs to a run that exists.
+      await world.events.create(runId, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: new Uint8Array([1]) } } as never);
       const readable = await world.streams.get(runId, 'out');
       const writer = spawn(
         process.execPath,
