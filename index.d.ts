@@ -24,14 +24,14 @@ export declare class NativeWorld {
    * Open (creating if needed) the local world at `dataDir`; with `readOnly`, open the existing
    * world there for reading only.
    */
-  static openLocal(dataDir: string, durabilityName: string, pricingJson?: string | undefined | null, readOnly?: boolean | undefined | null): NativeWorld
+  static openLocal(dataDir: string, durabilityName: string, pricingJson?: string | undefined | null, readOnly?: boolean | undefined | null, s3?: S3Options | undefined | null): NativeWorld
   /** Open a fresh in-memory world. */
   static openVirtual(pricingJson?: string | undefined | null): NativeWorld
   /**
    * Open the world in a PostgreSQL database and schema; nothing is connected until a call
    * needs the server.
    */
-  static openPostgres(connectionString: string, schema: string | undefined | null, durabilityName: string, pricingJson?: string | undefined | null, lockLeaseMs?: number | undefined | null, maxConnections?: number | undefined | null, readOnly?: boolean | undefined | null): NativeWorld
+  static openPostgres(connectionString: string, schema: string | undefined | null, durabilityName: string, pricingJson?: string | undefined | null, lockLeaseMs?: number | undefined | null, maxConnections?: number | undefined | null, readOnly?: boolean | undefined | null, s3?: S3Options | undefined | null): NativeWorld
   /** `"local"`, `"virtual"`, or the kind of another backend. */
   get kind(): string
   /** The resolved data directory of a local world. */
@@ -201,6 +201,15 @@ export declare function materializeEventsJson(runId: string, eventsJson: string,
 
 /** The run-event cost restore over a JSON array of run events. */
 export declare function restoreRunCostsJson(eventsJson: string): string
+
+/** Where a world keeps its artifacts' bytes instead of its own store (`artifacts.s3`). */
+export interface S3Options {
+  bucket: string
+  prefix?: string
+  endpoint?: string
+  region?: string
+  forcePathStyle?: boolean
+}
 
 /** Check a JSON array of envelopes: one run, dense sequences from 1, ids that match their content. */
 export declare function validateEventLogShapeJson(eventsJson: string): void

@@ -26,7 +26,7 @@ export {
   WorldIoError,
   WorldPathError,
 } from './lib/errors.js';
-export { localWorld, postgresWorld, virtualWorld, type Durability, type LocalWorldOptions, type PostgresWorldOptions, type VirtualWorldOptions, type World } from './lib/worlds.js';
+export { localWorld, postgresWorld, virtualWorld, type ArtifactsOptions, type Durability, type LocalWorldOptions, type PostgresWorldOptions, type VirtualWorldOptions, type World } from './lib/worlds.js';
 export { isRunId, isSessionId, knownEventTypes, type KnownEventTypes } from './lib/ids.js';
 export type { EventEnvelope } from './lib/envelopes.js';
 export { appendEvent, appendEvents, canonicalize, listEvents, validateEventLogShape, type AppendEventInput, type IndexWrite, type ListEventsOptions } from './lib/events.js';

@@ -52,6 +52,45 @@ export interface LocalWorldOptions {
    * worlds commit. Opening fails with `WorldPathError` when no world is there.
    */
   readOnly?: boolean;
+  /** Keep the artifacts' bytes in an object store; see {@link ArtifactsOptions}. */
+  artifacts?: ArtifactsOptions;
+}
+
+/**
+ * Where a world keeps its artifacts' bytes: by default in its own store (the data directory, the
+ * database); with `s3`, in an S3-compatible bucket (AWS S3, Cloudflare R2, MinIO), one object per
+ * artifact at `<prefix><artifactId>`, written create-only before the manifest, which stays in the
+ * world's own store. Credentials come from the AWS environment variables (`AWS_ACCESS_KEY_ID`,
+ * `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, a web identity, the container's or
+ * instance's role) and are never shown in an error. Artifacts stored before the world had the
+ * bucket stay where they are, and are read there.
+ */
+export interface ArtifactsOptions {
+  s3: {
+    bucket: string;
+    /** Default `'little-workflow/'`. */
+    prefix?: string;
+    /** The store's URL (MinIO, R2, a test server); default: AWS for the region. */
+    endpoint?: string;
+    /** Default: `AWS_REGION`. */
+    region?: string;
+    /** `endpoint/bucket/key` rather than `bucket.endpoint/key` (MinIO, most test servers). */
+    forcePathStyle?: boolean;
+  };
+}
+
+/** The `artifacts` option as the addon takes it. */
+function s3Of(artifacts: unknown): { bucket: string; prefix?: string; endpoint?: string; region?: string; forcePathStyle?: boolean } | undefined {
+  if (artifacts === undefined) return undefined;
+  const { s3 } = options(artifacts as ArtifactsOptions, 'artifacts', ['s3']);
+  if (s3 === undefined) invalid('artifacts.s3', 'must be an object with a bucket');
+  const o = options(s3, 'artifacts.s3', ['bucket', 'prefix', 'endpoint', 'region', 'forcePathStyle']);
+  if (typeof o.bucket !== 'string' || o.bucket.length === 0) invalid('artifacts.s3.bucket', 'must be a non-empty string');
+  for (const name of ['prefix', 'endpoint', 'region'] as const) {
+    if (o[name] !== undefined && typeof o[name] !== 'string') invalid(`artifacts.s3.${name}`, 'must be a string');
+  }
+  if (o.forcePathStyle !== undefined && typeof o.forcePathStyle !== 'boolean') invalid('artifacts.s3.forcePathStyle', 'must be a boolean');
+  return { bucket: o.bucket, prefix: o.prefix, endpoint: o.endpoint, region: o.region, forcePathStyle: o.forcePathStyle };
 }
 
 /** Options of {@link postgresWorld}. */
@@ -83,6 +122,8 @@ export interface PostgresWorldOptions {
    * write rejects with `WorldPathError`, as a local world's `readOnly` does.
    */
   readOnly?: boolean;
+  /** Keep the artifacts' bytes in an object store; see {@link ArtifactsOptions}. */
+  artifacts?: ArtifactsOptions;
 }
 
 /** Options of {@link virtualWorld}. */
@@ -244,7 +285,7 @@ export type Live = { subscribers: number; waiting: number; ready: Promise<void>;
  * `readOnly`, open an existing one for reading only.
  */
 export function localWorld(opts?: LocalWorldOptions): World {
-  const o = options(opts, 'localWorld options', ['dataDir', 'durability', 'pricing', 'readOnly']);
+  const o = options(opts, 'localWorld options', ['dataDir', 'durability', 'pricing', 'readOnly', 'artifacts']);
   const dataDir = o.dataDir ?? join(process.cwd(), '.little-workflow');
   if (typeof dataDir !== 'string' || dataDir.length === 0) {
     throw new WorldPathError('WORLD_PATH', 'dataDir must be a non-empty string', { path: 'dataDir' });
@@ -258,8 +299,9 @@ export function localWorld(opts?: LocalWorldOptions): World {
   const pricing = pricingText(o.pricing);
   const readOnly = o.readOnly ?? false;
   if (typeof readOnly !== 'boolean') invalid('readOnly', 'must be a boolean');
+  const s3 = s3Of(o.artifacts);
   checkNoOtherCopy(dataDir);
-  const world = new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability, pricing, readOnly)));
+  const world = new OpenWorld(callSync(() => native.NativeWorld.openLocal(dataDir, durability, pricing, readOnly, s3)));
   claimDir(world, world.dataDir as string);
   return world;
 }
@@ -278,7 +320,7 @@ export function virtualWorld(opts?: VirtualWorldOptions): World {
  * next call after it is back succeeds.
  */
 export function postgresWorld(opts: PostgresWorldOptions): World {
-  const o = options(opts, 'postgresWorld options', ['connectionString', 'schema', 'durability', 'pricing', 'lockLeaseMs', 'maxConnections', 'readOnly']);
+  const o = options(opts, 'postgresWorld options', ['connectionString', 'schema', 'durability', 'pricing', 'lockLeaseMs', 'maxConnections', 'readOnly', 'artifacts']);
   const url = o.connectionString;
   if (typeof url !== 'string' || url.length === 0) invalid('connectionString', 'must be a non-empty string');
   if (o.schema !== undefined && typeof o.schema !== 'string') invalid('schema', 'must be a string');
@@ -291,7 +333,8 @@ export function postgresWorld(opts: PostgresWorldOptions): World {
   const readOnly = o.readOnly ?? false;
   if (typeof readOnly !== 'boolean') invalid('readOnly', 'must be a boolean');
   const pricing = pricingText(o.pricing);
+  const s3 = s3Of(o.artifacts);
   return new OpenWorld(
-    callSync(() => native.NativeWorld.openPostgres(url, o.schema, durability, pricing, o.lockLeaseMs, o.maxConnections, readOnly)),
+    callSync(() => native.NativeWorld.openPostgres(url, o.schema, durability, pricing, o.lockLeaseMs, o.maxConnections, readOnly, s3)),
   );
 }

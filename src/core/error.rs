@@ -151,6 +151,17 @@ pub enum WorldError {
         sqlstate: Option<String>,
     },
 
+    /// An object store (S3, R2, MinIO) failed, refused, or could not be reached. Names the
+    /// endpoint, bucket and key, never a credential.
+    #[error("{context} (bucket {bucket} at {endpoint}, key {key}): {message}")]
+    ObjectStore {
+        context: String,
+        endpoint: String,
+        bucket: String,
+        key: String,
+        message: String,
+    },
+
     /// SQLite failed in a way that is not corruption.
     #[error("{context}{}: {source}{}", .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default(), .os.as_ref().map(|o| format!(" ({o})")).unwrap_or_default())]
     Sqlite {
@@ -192,7 +203,10 @@ impl WorldError {
             WorldError::RunLocked { .. } => "RUN_LOCKED",
             WorldError::OuterLoopInputMismatch { .. } => "OUTER_LOOP_INPUT_MISMATCH",
             WorldError::ReplayRefused { .. } => "REPLAY_REFUSED",
-            WorldError::Io { .. } | WorldError::Sqlite { .. } | WorldError::Database { .. } => "WORLD_IO",
+            WorldError::Io { .. }
+            | WorldError::Sqlite { .. }
+            | WorldError::Database { .. }
+            | WorldError::ObjectStore { .. } => "WORLD_IO",
         }
     }
 
@@ -232,6 +246,11 @@ impl WorldError {
             WorldError::ReplayRefused { run_id, sequences, .. } => json!({ "runId": run_id, "sequences": sequences }),
             WorldError::Io { path, .. } | WorldError::Sqlite { path, .. } => json!({ "path": path }),
             WorldError::ArtifactBlobMissing { artifact_id, path } => json!({ "artifactId": artifact_id, "path": path }),
+            WorldError::ObjectStore {
+                endpoint, bucket, key, ..
+            } => {
+                json!({ "endpoint": endpoint, "bucket": bucket, "key": key })
+            }
             WorldError::Database { server, sqlstate, .. } => json!({
                 "host": server.host, "port": server.port, "database": server.database, "sqlstate": sqlstate
             }),

@@ -32,6 +32,26 @@ pub trait Completer: Send + Sync {
     fn complete(&self, done: Vec<(Ticket, Result<Output>)>);
 }
 
+/// The small tokio runtime every world's network I/O runs on: PostgreSQL connections and
+/// object-store requests. Started on first use.
+pub fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("little-world-io")
+                .thread_stack_size(THREAD_STACK)
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| WorldError::Path {
+            message: format!("the world's network threads could not be started: {e}"),
+        })
+}
+
 /// Stack size of every thread the core starts: parsing and folding recurse through payloads up
 /// to 1,000 levels deep.
 pub const THREAD_STACK: usize = 16 * 1024 * 1024;

@@ -27,7 +27,8 @@ pub struct Problem {
     /// `unreadable`, `run-event-body`, `fold-snapshot`, `catalog` (a runs-catalog row that
     /// disagrees with the stream's events, or a row or stream missing its other half),
     /// `missing-artifact`, `artifact-hash`, `artifact-manifest`, `artifact-integrity`,
-    /// `artifact-unreadable` (the system would not let it be read: permissions, I/O errors).
+    /// `artifact-unreadable` (the system would not let it be read: permissions, I/O errors),
+    /// `orphan-object` (an artifact's bytes in the bucket without its manifest).
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
@@ -196,6 +197,21 @@ pub fn verify(
                 sequence: None,
                 artifact_id: Some(id.clone()),
                 message: e.to_string(),
+            });
+        }
+    }
+    if run.is_none() {
+        for orphan in artifacts.orphans()? {
+            problems.push(Problem {
+                kind: "orphan-object",
+                run_id: None,
+                sequence: None,
+                message: format!(
+                    "the bucket holds {} without a manifest, left by a write cut short between the two: \
+                     a write of that artifact adopts it, a prune removes it once it is an hour old",
+                    orphan.artifact_id
+                ),
+                artifact_id: Some(orphan.artifact_id),
             });
         }
     }

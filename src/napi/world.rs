@@ -32,6 +32,30 @@ pub struct NativeImport {
     import: crate::core::world::Import,
 }
 
+/// Where a world keeps its artifacts' bytes instead of its own store (`artifacts.s3`).
+#[napi(object)]
+pub struct S3Options {
+    pub bucket: String,
+    pub prefix: Option<String>,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub force_path_style: Option<bool>,
+}
+
+impl S3Options {
+    fn into_core(self) -> crate::core::artifacts::bucket::BucketOptions {
+        crate::core::artifacts::bucket::BucketOptions {
+            bucket: self.bucket,
+            prefix: self
+                .prefix
+                .unwrap_or_else(|| crate::core::artifacts::bucket::DEFAULT_PREFIX.to_string()),
+            endpoint: self.endpoint,
+            region: self.region,
+            force_path_style: self.force_path_style.unwrap_or(false),
+        }
+    }
+}
+
 /// One append of a group (see `NativeWorld.appendGroup`), with the fields of
 /// `NativeWorld.append`.
 #[napi(object)]
@@ -86,16 +110,18 @@ impl NativeWorld {
         durability_name: String,
         pricing_json: Option<String>,
         read_only: Option<bool>,
+        s3: Option<S3Options>,
     ) -> napi::Result<Self> {
         let completer = Arc::new(JsCompleter::new(env.raw())?);
         let opened = guarded(|| durability(&durability_name)).and_then(|d| {
             let pricing = Pricing::with_override(pricing_json.as_deref())?;
             let dir = Path::new(&data_dir);
             guarded(|| {
+                let bucket = s3.map(S3Options::into_core);
                 if read_only == Some(true) {
-                    World::open_local_read_only(dir, pricing, completer.clone())
+                    World::open_local_read_only_with(dir, bucket, pricing, completer.clone())
                 } else {
-                    World::open_local(dir, d, pricing, completer.clone())
+                    World::open_local_with(dir, d, bucket, pricing, completer.clone())
                 }
             })
         });
@@ -127,6 +153,7 @@ impl NativeWorld {
         lock_lease_ms: Option<f64>,
         max_connections: Option<f64>,
         read_only: Option<bool>,
+        s3: Option<S3Options>,
     ) -> napi::Result<Self> {
         let completer = Arc::new(JsCompleter::new(env.raw())?);
         let opened = guarded(|| {
@@ -145,7 +172,7 @@ impl NativeWorld {
                 max_connections: max_connections.min(10_000) as usize,
                 read_only: read_only == Some(true),
             };
-            World::open_postgres(options, pricing, completer.clone())
+            World::open_postgres_with(options, s3.map(S3Options::into_core), pricing, completer.clone())
         });
         match opened {
             Ok(world) => Ok(NativeWorld { world, completer }),

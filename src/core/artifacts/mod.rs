@@ -9,9 +9,11 @@
 //! [`check_digest`]).
 //! `local` keeps files in the data directory, `memory` a map.
 
+pub mod bucket;
 pub mod hashed_read;
 pub mod local;
 pub mod memory;
+pub mod objects;
 pub mod postgres;
 
 use crate::core::bytes::Bytes;
@@ -190,6 +192,16 @@ pub trait ArtifactBackend: Send + Sync {
     /// Remove the artifact `id`: its manifest first, so that no manifest is ever left without its
     /// bytes, then its bytes. A missing one is a no-op.
     fn remove(&self, id: &str) -> Result<()>;
+    /// Bytes stored without a manifest, named as an artifact is: what a crash between writing an
+    /// artifact's bytes and its manifest leaves in a store whose bytes are written apart
+    /// ([`objects`]); none in the others.
+    fn orphans(&self) -> Result<Vec<bucket::Listed>> {
+        Ok(Vec::new())
+    }
+    /// Remove the orphan `id`, unless it has been given its manifest since it was listed.
+    fn remove_orphan(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The artifacts of one world: the rules, over its backend.
@@ -276,6 +288,25 @@ impl ArtifactStore {
     pub fn remove(&self, id: &str) -> Result<()> {
         let _turn = self.turn(id);
         self.backend.remove(id)
+    }
+
+    /// Bytes stored without a manifest (see [`ArtifactBackend::orphans`]), sorted by id.
+    pub fn orphans(&self) -> Result<Vec<bucket::Listed>> {
+        let mut orphans = self.backend.orphans()?;
+        orphans.sort_by(|a, b| a.artifact_id.cmp(&b.artifact_id));
+        Ok(orphans)
+    }
+
+    /// Remove the orphans last written before `before`; returns how many. Taking each one's turn,
+    /// as a writer of it does, so that this process's own write of it is not undone.
+    pub fn remove_orphans(&self, before: std::time::SystemTime) -> Result<u64> {
+        let mut removed = 0;
+        for orphan in self.backend.orphans()?.into_iter().filter(|o| o.modified < before) {
+            let _turn = self.turn(&orphan.artifact_id);
+            self.backend.remove_orphan(&orphan.artifact_id)?;
+            removed += 1;
+        }
+        Ok(removed)
     }
 
     /// Ids of every published artifact, sorted.

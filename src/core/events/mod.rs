@@ -692,8 +692,10 @@ pub fn commit_units(
             let (unit_heads, rest_heads) = std::mem::take(&mut heads).split_at_mut(n);
             (items, heads) = (rest, rest_heads);
             // What the batch knew of the unit's runs before it, for when it is undone.
-            let before: Vec<(&str, Option<Cursor>)> =
-                unit.iter().map(|i| (i.run_id.as_str(), next.get(i.run_id.as_str()).copied())).collect();
+            let before: Vec<(&str, Option<Cursor>)> = unit
+                .iter()
+                .map(|i| (i.run_id.as_str(), next.get(i.run_id.as_str()).copied()))
+                .collect();
             tx.savepoint()?;
             match append_unit(tx, artifacts, &mut next, unit, unit_heads, again, recorded_at) {
                 Ok(envelopes) => {
@@ -729,9 +731,13 @@ pub fn commit_now(
     recorded_at: &str,
 ) -> Option<AppendOutcome> {
     let mut heads = [std::mem::take(&mut item.head)];
-    let outcome = commit_alone(artifacts, std::slice::from_ref(item), &mut heads, recorded_at, |scope, body| {
-        writer.transaction_if_immediate(scope, body)
-    });
+    let outcome = commit_alone(
+        artifacts,
+        std::slice::from_ref(item),
+        &mut heads,
+        recorded_at,
+        |scope, body| writer.transaction_if_immediate(scope, body),
+    );
     let [head] = heads;
     match outcome {
         Some(outcome) => Some(outcome.map(|mut envelopes| envelopes.pop().expect("one append, one envelope"))),
@@ -849,7 +855,12 @@ fn scope_of<'a>(batch: impl IntoIterator<Item = &'a PreparedAppend>) -> Scope<'a
         if seen.insert(run) {
             scope.runs.push(run);
         }
-        for owner in item.index.iter().filter(|w| w.index == OWNER_INDEX).filter_map(|w| w.value.as_deref()) {
+        for owner in item
+            .index
+            .iter()
+            .filter(|w| w.index == OWNER_INDEX)
+            .filter_map(|w| w.value.as_deref())
+        {
             scope.owners.push(owner);
         }
         if let Some(key) = &item.key {

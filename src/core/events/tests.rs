@@ -136,7 +136,7 @@ fn a_unit_commits_whole_or_not_at_all_and_a_refused_one_consumes_no_sequence() {
         let step = |run: &str, path: &str| prep(req(run, "StepStarted", json!({"stepPath": path}), None)).unwrap();
         let mut expecting = step("run_u", "late");
         expecting.expected_sequence = Some(0); // Two places behind once the first unit commits.
-        // Units: one append; a group of two; a group of two whose second is refused; one append.
+                                               // Units: one append; a group of two; a group of two whose second is refused; one append.
         let mut batch = vec![
             step("run_u", "a"),
             step("run_u", "b"),
@@ -145,10 +145,15 @@ fn a_unit_commits_whole_or_not_at_all_and_a_refused_one_consumes_no_sequence() {
             expecting,
             step("run_u", "e"),
         ];
-        let out = commit_units(&mut *w, &NoArtifacts, &mut batch, &[1, 2, 2, 1], "2026-01-01T00:00:00.000Z");
-        let sequences = |o: &UnitOutcome| -> Vec<u64> {
-            o.as_ref().unwrap().iter().map(|e| sequence_of(e).unwrap()).collect()
-        };
+        let out = commit_units(
+            &mut *w,
+            &NoArtifacts,
+            &mut batch,
+            &[1, 2, 2, 1],
+            "2026-01-01T00:00:00.000Z",
+        );
+        let sequences =
+            |o: &UnitOutcome| -> Vec<u64> { o.as_ref().unwrap().iter().map(|e| sequence_of(e).unwrap()).collect() };
         assert_eq!(sequences(&out[0]), [1]);
         assert_eq!(sequences(&out[1]), [2, 3]);
         assert_eq!(out[2].as_ref().unwrap_err().code(), "EVENT_SEQUENCE_CONFLICT");

@@ -16,29 +16,12 @@ pub mod target;
 pub mod testing;
 
 use crate::core::error::{Result, WorldError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 pub use target::Server;
 use tokio_postgres::Client;
 
-/// The runtime every PostgreSQL world's I/O runs on.
-fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("little-world-pg")
-                .thread_stack_size(crate::core::runtime::THREAD_STACK)
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| WorldError::Path {
-            message: format!("the PostgreSQL world's threads could not be started: {e}"),
-        })
-}
+use crate::core::runtime::io_runtime as runtime;
 
 /// How a `postgres` world was opened.
 #[derive(Debug, Clone)]

@@ -15,6 +15,7 @@
 //!   transaction's id (`xid`), which the feed of what changed reads (see `store::postgres`);
 //! - `terminals`, `estimates`: as the SQLite schema's, for the run-event rules;
 //! - `artifacts`, `artifact_chunks`: manifests and their bytes in 1 MiB chunks;
+//! - `artifact_objects`: the manifests of artifacts whose bytes are in an object store;
 //! - `leases`: the locks, leased by the database's clock, with a fence that rises with each owner;
 //! - `outer_loops`: the outer-loop manifests;
 //! - `index_entries`: the index entries appends write;
@@ -128,6 +129,15 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE {s}.runs ALTER COLUMN last_recorded_at TYPE text COLLATE \"C\";
     CREATE INDEX runs_by_time ON {s}.runs (last_recorded_at, run_id) WHERE last_sequence > 0;
     CREATE INDEX runs_by_status ON {s}.runs (status, last_recorded_at, run_id) WHERE last_sequence > 0;",
+    // 5: the manifests of artifacts whose bytes are in an object store (see
+    // `artifacts::objects`), by run for deleting a run's.
+    "CREATE TABLE {s}.artifact_objects (
+        artifact_id text   PRIMARY KEY,
+        run_id      text   NOT NULL,
+        manifest    text   NOT NULL,
+        size_bytes  bigint NOT NULL
+    );
+    CREATE INDEX artifact_objects_by_run ON {s}.artifact_objects (run_id);",
 ];
 
 /// This build's schema version.

@@ -29,6 +29,11 @@ pub use crate::core::events::OWNER_INDEX;
 /// most one such transaction.
 const PRUNE_BATCH: u64 = 200;
 
+/// How old an artifact's bytes stored without a manifest (see
+/// [`crate::core::artifacts::objects`]) must be for a prune to remove them: a writer on another
+/// host may be between writing the bytes and the manifest, which takes well under this.
+const ORPHAN_AGE: Duration = Duration::from_secs(3600);
+
 /// What a deletion or a prune removed, and the runs a prune left because another owner held
 /// their locks.
 #[derive(Debug, Default, serde::Serialize)]
@@ -38,6 +43,13 @@ struct Removed {
     artifacts: u64,
     bytes: u64,
     skipped: u64,
+    /// Artifacts' bytes without a manifest a prune removed (a world with a bucket only).
+    #[serde(skip_serializing_if = "is_zero")]
+    orphans: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A prune's options, as the caller gives them (JSON from the binding).
@@ -183,6 +195,10 @@ impl World {
                     break;
                 }
             }
+            if !dry_run {
+                let before = std::time::SystemTime::now() - ORPHAN_AGE;
+                total.orphans = parts.artifacts.remove_orphans(before)?;
+            }
             let mut out = serde_json::to_value(&total).expect("counts serialize");
             if dry_run {
                 out["runIds"] = serde_json::json!(ids);
@@ -241,6 +257,10 @@ impl World {
                 &data_dir.join("artifacts").join("blobs"),
                 &to.join("artifacts").join("blobs"),
             )? + copy_files(&data_dir.join("artifacts"), &to.join("artifacts"))?
+                + copy_files(
+                    &data_dir.join("artifacts").join("objects"),
+                    &to.join("artifacts").join("objects"),
+                )?
                 + copy_files(&data_dir.join("outer-loops"), &to.join("outer-loops"))?;
             let _ = copied;
             Ok(Output::Unit)

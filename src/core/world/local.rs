@@ -2,6 +2,8 @@
 //! directories and outer-loop manifests.
 
 use super::{Parts, World};
+use crate::core::artifacts::bucket::{Bucket, BucketOptions};
+use crate::core::artifacts::objects::{LocalObjectManifests, ObjectArtifacts};
 use crate::core::artifacts::{local::LocalArtifacts, ArtifactStore};
 use crate::core::error::{Result, WorldError};
 use crate::core::locks::{local::LocalLocks, Locks};
@@ -20,6 +22,18 @@ impl World {
         pricing: Pricing,
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
+        World::open_local_with(data_dir, durability, None, pricing, completer)
+    }
+
+    /// As [`World::open_local`], with the artifacts' bytes in the bucket `bucket` names, if any.
+    pub fn open_local_with(
+        data_dir: &Path,
+        durability: Durability,
+        bucket: Option<BucketOptions>,
+        pricing: Pricing,
+        completer: Arc<dyn Completer>,
+    ) -> Result<World> {
+        let bucket = bucket.map(Bucket::open).transpose()?;
         sqlite::check_data_dir_length(data_dir)?;
         crate::core::durable::create_dir_synced(data_dir, "the data directory")?;
         let data_dir = data_dir
@@ -35,7 +49,14 @@ impl World {
             kind: "local",
             writer: Some(Box::new(writer)),
             reader: Arc::new(reader),
-            artifacts: ArtifactStore::new(LocalArtifacts::open(&data_dir)?),
+            artifacts: match bucket {
+                None => ArtifactStore::new(LocalArtifacts::open(&data_dir)?),
+                Some(b) => ArtifactStore::new(ObjectArtifacts::new(
+                    b,
+                    LocalObjectManifests::open(&data_dir)?,
+                    LocalArtifacts::open(&data_dir)?,
+                )),
+            },
             locks: Locks::new(LocalLocks::open(&data_dir)?),
             outer_loops: OuterLoops::new(LocalManifests::open(&data_dir)?),
             data_dir: Some(data_dir),
@@ -47,6 +68,17 @@ impl World {
     /// created, upgraded, cleaned up or written, and every write fails with `WorldError::Path`.
     /// For looking at a world another process (or an earlier version) owns.
     pub fn open_local_read_only(data_dir: &Path, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
+        World::open_local_read_only_with(data_dir, None, pricing, completer)
+    }
+
+    /// As [`World::open_local_read_only`], with the artifacts' bytes in the bucket `bucket` names.
+    pub fn open_local_read_only_with(
+        data_dir: &Path,
+        bucket: Option<BucketOptions>,
+        pricing: Pricing,
+        completer: Arc<dyn Completer>,
+    ) -> Result<World> {
+        let bucket = bucket.map(Bucket::open).transpose()?;
         let data_dir = data_dir.canonicalize().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 WorldError::Path {
@@ -66,7 +98,14 @@ impl World {
             kind: "local",
             writer: None,
             reader: Arc::new(reader),
-            artifacts: ArtifactStore::new(LocalArtifacts::read_only(&data_dir)),
+            artifacts: match bucket {
+                None => ArtifactStore::new(LocalArtifacts::read_only(&data_dir)),
+                Some(b) => ArtifactStore::new(ObjectArtifacts::new(
+                    b,
+                    LocalObjectManifests::read_only(&data_dir),
+                    LocalArtifacts::read_only(&data_dir),
+                )),
+            },
             locks: Locks::new(LocalLocks::read_only(&data_dir)),
             outer_loops: OuterLoops::new(LocalManifests::read_only(&data_dir)),
             data_dir: Some(data_dir),

@@ -2,6 +2,8 @@
 //! PostgreSQL schema, which any number of processes on any number of hosts share.
 
 use super::{Parts, World};
+use crate::core::artifacts::bucket::{Bucket, BucketOptions};
+use crate::core::artifacts::objects::{ObjectArtifacts, PgObjectManifests};
 use crate::core::artifacts::{postgres::PgArtifacts, ArtifactStore};
 use crate::core::error::Result;
 use crate::core::locks::{postgres::PgLocks, Locks};
@@ -16,6 +18,17 @@ impl World {
     /// Open the world in the database and schema `options` name. Nothing is connected yet: the
     /// first call that needs the server connects (and creates or migrates the schema).
     pub fn open_postgres(options: Options, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
+        World::open_postgres_with(options, None, pricing, completer)
+    }
+
+    /// As [`World::open_postgres`], with the artifacts' bytes in the bucket `bucket` names, if any.
+    pub fn open_postgres_with(
+        options: Options,
+        bucket: Option<BucketOptions>,
+        pricing: Pricing,
+        completer: Arc<dyn Completer>,
+    ) -> Result<World> {
+        let bucket = bucket.map(Bucket::open).transpose()?;
         let read_only = options.read_only;
         let db = Db::new(options)?;
         let writer = match read_only {
@@ -27,7 +40,14 @@ impl World {
             data_dir: None,
             writer,
             reader: Arc::new(PgReader::new(db.clone())),
-            artifacts: ArtifactStore::new(PgArtifacts::new(db.clone())),
+            artifacts: match bucket {
+                None => ArtifactStore::new(PgArtifacts::new(db.clone())),
+                Some(b) => ArtifactStore::new(ObjectArtifacts::new(
+                    b,
+                    PgObjectManifests::new(db.clone()),
+                    PgArtifacts::new(db.clone()),
+                )),
+            },
             locks: Locks::new(PgLocks::new(db.clone())),
             outer_loops: OuterLoops::new(PgManifests::new(db)),
         };

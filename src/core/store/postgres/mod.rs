@@ -781,6 +781,7 @@ impl LogWriter for PgWriter {
                 "fold_snapshots",
                 "artifacts",
                 "artifact_chunks",
+                "artifact_objects",
             ] {
                 c.client
                     .batch_execute(&format!("VACUUM (ANALYZE) {}", db.table(table)))
