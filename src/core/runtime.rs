@@ -40,7 +40,7 @@ pub fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
         .get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
-                .thread_name("little-world-io")
+                .thread_name("little-world-net")
                 .thread_stack_size(THREAD_STACK)
                 .enable_all()
                 .build()

@@ -298,7 +298,8 @@ fn a_schema_of_the_version_before_is_migrated_on_first_use() {
     db.block_on(async {
         let c = db.connect().await.unwrap();
         c.batch_execute(&format!(
-            "DROP TABLE {s}.fold_snapshots; DROP INDEX {s}.runs_by_time; DROP INDEX {s}.runs_by_status;
+            "DROP TABLE {s}.fold_snapshots; DROP TABLE {s}.artifact_objects;
+             DROP INDEX {s}.runs_by_time; DROP INDEX {s}.runs_by_status;
              ALTER TABLE {s}.runs DROP CONSTRAINT runs_last_sequence_known, DROP COLUMN status, DROP COLUMN written_after;
              UPDATE {s}.world_schema SET version = 2"
         ))
