@@ -47,6 +47,11 @@ export declare class NativeWorld {
    */
   append(runId: string, eventType: string, payloadJson: string, idempotencyKey?: string | undefined | null, strings?: Array<string> | undefined | null, expectedSequence?: number | undefined | null, indexJson?: string | undefined | null): Promise<string>
   /**
+   * Move up to `limit` artifacts stored before the world had a bucket into it; resolves with
+   * `{ moved, bytes, left }` as JSON.
+   */
+  moveArtifacts(limit: number): Promise<string>
+  /**
    * Append events to a run in one transaction, whole or not at all; resolves with their
    * envelopes' canonical JSON, in order.
    */

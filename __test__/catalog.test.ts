@@ -257,7 +257,7 @@ describe.runIf(needsPostgres())('runs catalog of a PostgreSQL world', () => {
     await world.close();
     // The schema as the version before the catalog left it.
     await withPg((c) =>
-      c.query(`DROP INDEX "${schema}".runs_by_time; DROP INDEX "${schema}".runs_by_status;
+      c.query(`DROP TABLE "${schema}".artifact_objects; DROP INDEX "${schema}".runs_by_time; DROP INDEX "${schema}".runs_by_status;
         ALTER TABLE "${schema}".runs DROP CONSTRAINT runs_last_sequence_known, DROP COLUMN status, DROP COLUMN written_after;
         UPDATE "${schema}".world_schema SET version = 3`),
     );

@@ -280,7 +280,7 @@ describe.runIf(needsPostgres())('postgresWorld with many processes and a real se
     const lines = await Promise.all(Array.from({ length: 4 }, (_, i) => runChild('append-child.cjs', [`pg:${schema}`, `run_open${i}`, '3', `p${i}`])));
     expect(lines.every((l) => l.at(-1) === 'done')).toBe(true);
     const version = await withPg((c) => c.query(`SELECT version, application FROM "${schema}".world_schema`));
-    expect(version.rows).toEqual([{ version: 4, application: 'little-workflow' }]);
+    expect(version.rows).toEqual([{ version: 5, application: 'little-workflow' }]);
 
     await withPg((c) => c.query(`UPDATE "${schema}".world_schema SET version = 99`));
     const newer = await rejection(appendEvent(open(schema), 'run_x', step(1)));
@@ -561,6 +561,7 @@ describe.runIf(needsPostgres())("postgresWorld at durability 'normal' through a 
     const world = createWorld({ world: store });
     const runId = 'wrun_01JSTREAMCRASH000000000000';
     try {
+      await appendEvent(store, `run_${runId}`, step(0)); // a stream's owner is a run that exists
       await world.streams.write(runId, 'other', 'x');
       await hold();
       await world.streams.write(runId, 'out', 'first'); // writes the stream's index entry
@@ -585,7 +586,7 @@ describe.runIf(needsPostgres())("postgresWorld at durability 'normal' through a 
       return Response.json({ ok: true });
     });
     try {
-      await appendEvent(store, 'run_schema', step(0));
+      await appendEvent(store, 'run_wrun_lost', step(0)); // the message's run, its owner
       await hold();
       const { messageId } = await world.queue('__wkf_workflow_lost' as never, { runId: 'wrun_lost' } as never, { delaySeconds: 1 });
       await crash();

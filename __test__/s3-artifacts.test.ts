@@ -15,6 +15,7 @@ import {
   importRuns,
   listRuns,
   localWorld,
+  moveArtifactsToBucket,
   postgresWorld,
   pruneRuns,
   readArtifact,
@@ -184,6 +185,37 @@ describe.runIf(needsS3())('artifacts in an S3 bucket', () => {
       const fresh = await writeArtifact(world, input(Buffer.from('into the bucket')));
       expect(await listKeys(bucket)).toEqual([OBJECT_KEY(DEFAULT_PREFIX, fresh)]);
       expect((await verifyWorld(world)).problems).toEqual([]);
+      // Moved into the bucket: read from there, and no longer where it was.
+      expect(await moveArtifactsToBucket(world)).toEqual({ moved: 1, bytes: old.sizeBytes, left: 0 });
+      expect((await listKeys(bucket)).sort()).toEqual([OBJECT_KEY(DEFAULT_PREFIX, old), OBJECT_KEY(DEFAULT_PREFIX, fresh)].sort());
+      await world.close();
+      const without = store.open();
+      expect(await rejection(readArtifact(without, old.artifactRef))).toBeInstanceOf(ArtifactNotFoundError);
+      await without.close();
+      const again = store.open(s3At(bucket));
+      expect((await readArtifact(again, old.artifactRef)).payload).toEqual(Buffer.from('from before the bucket'));
+      expect(await moveArtifactsToBucket(again)).toEqual({ moved: 0, bytes: 0, left: 0 });
+      expect((await verifyWorld(again)).problems).toEqual([]);
+    });
+
+    it('moves older artifacts into the bucket with little move-artifacts, only given --yes', async () => {
+      const bucket = await createBucket();
+      const store = makeStore();
+      if (!store.where.startsWith('/')) return; // the command is the same on PostgreSQL; its API is tested above
+      const before = store.open();
+      const olds: Awaited<ReturnType<typeof writeArtifact>>[] = [];
+      for (let i = 0; i < 3; i++) olds.push(await writeArtifact(before, input(Buffer.from(`old ${i}`))));
+      await before.close();
+      const args = ['move-artifacts', '--data-dir', store.where, ...LITTLE_S3_ARGS(s3At(bucket))];
+      const refused = runLittle(args);
+      expect(refused.status, refused.stderr).toBe(2);
+      expect(refused.stderr).toMatch(/--yes/);
+      expect(await listKeys(bucket)).toEqual([]);
+      const moved = runLittle([...args, '--yes']);
+      expect(moved.status, moved.stderr).toBe(0);
+      expect(JSON.parse(moved.stdout)).toEqual({ moved: 3, bytes: olds.reduce((n, m) => n + m.sizeBytes, 0) });
+      expect((await listKeys(bucket)).sort()).toEqual(olds.map((m) => OBJECT_KEY(DEFAULT_PREFIX, m)).sort());
+      expect(runLittle(['move-artifacts', '--data-dir', store.where, '--yes']).status).toBe(2); // no bucket named
     });
 
     it('removes the objects of a deleted run and of a pruned one, and no others', async () => {

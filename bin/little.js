@@ -13,11 +13,12 @@
 //   little delete <runId…>   delete runs and what they own             (changes the world)
 //   little prune             delete the runs that ended before a time  (changes the world)
 //   little compact           give the space deleted runs freed back    (changes the world)
+//   little move-artifacts    move older artifacts into the bucket      (changes the world)
 //
 // Every command takes --data-dir DIR (default ./.little-workflow), or --database-url URL (or
-// LITTLE_DATABASE_URL) and --schema NAME for a PostgreSQL world, and --help. All but import,
-// delete, prune and compact open the world read-only. Those four print what they did as one JSON
-// line, and
+// LITTLE_DATABASE_URL) and --schema NAME for a PostgreSQL world, the --s3-* options of a world that
+// keeps its artifacts' bytes in a bucket, and --help. All but import, delete, prune, compact and
+// move-artifacts open the world read-only. Those five print what they did as one JSON line, and
 // without --yes (or prune's --dry-run) change nothing, say what they would do and exit 2: they
 // never prompt, so that a script or CI job cannot hang on them.
 // Exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read or
@@ -52,14 +53,16 @@ commands that change the world (each needs --yes, and prints what it did as one 
   prune             delete the runs that ended before a time (--ended-before 30d; --dry-run
                     lists them and changes nothing)
   compact           give the space deleted runs freed back to the operating system
+  move-artifacts    move the artifacts stored before the world had a bucket into it (--s3-bucket)
 
 options:
 ${WORLD_HELP}
   -h, --help            show help for a command
 
 events, replay, verify, runs, serve, backup and export only read: they open the world read-only
-and never change it. import, delete, prune and compact open it as a writer (a world an earlier
-version wrote is upgraded); without --yes they change nothing, say what they would do and exit 2.
+and never change it. import, delete, prune, compact and move-artifacts open it as a writer (a
+world an earlier version wrote is upgraded); without --yes they change nothing, say what they would
+do and exit 2.
 
 exit codes: 0 ok; 1 problems found, a run id that names no run, a world that cannot be read or
 changed (such as a run locked by another process), or a replay refused; 2 a usage error,
@@ -152,6 +155,14 @@ nor one whose lock another process holds. Interrupted, it finishes when run agai
 Prints one JSON line: {"runs":N,"events":N,"artifacts":N,"bytes":N}, and runIds in a dry run.
 Without --yes or --dry-run it deletes nothing, says what it would delete and exits 2. A dry run
 opens the world read-only, as the commands that only look do.`,
+  'move-artifacts': `usage: little move-artifacts --yes --s3-bucket NAME [--s3-endpoint URL ...] [world options]
+
+Changes the world: moves the artifacts it stored in its own store (the data directory, or the
+database) before it was given a bucket into that bucket, each verified, its object written, then
+its manifest, then removed from where it was; cut short anywhere, every artifact stays readable,
+and running it again finishes the move. Shows its progress on standard error when that is a
+terminal. Without --yes it changes nothing, says what it would do and exits 2.
+Prints one JSON line: {"moved":N,"bytes":B}.`,
   compact: `usage: little compact --yes [world options]
 
 Changes the world: gives the space that deleted runs freed back to the operating system. A local
@@ -195,7 +206,7 @@ async function requireRun(lib, world, runId, label) {
 class NeedsYes extends Error {}
 
 /** The commands that change a world: they open it as a writer, and run only with --yes. */
-const CHANGES = new Set(['import', 'delete', 'prune', 'compact']);
+const CHANGES = new Set(['import', 'delete', 'prune', 'compact', 'move-artifacts']);
 
 /** The run ids `little delete` names, each once, in the order given. */
 function deleteIds(lib, positionals) {
@@ -308,6 +319,8 @@ function wouldChange(command, values, positionals, label) {
       const most = o.limit === undefined ? 'every run' : `at most ${o.limit} run${o.limit === 1 ? '' : 's'}`;
       return `would delete ${most} in ${label} ${which} and whose last event was recorded before ${o.endedBefore}, with its events and the artifacts no other run refers to; nothing was changed. Pass --dry-run to list them, or --yes to delete them`;
     }
+    case 'move-artifacts':
+      return `would move the artifacts ${label} stored before it had a bucket into bucket ${values['s3-bucket'] ?? process.env.LITTLE_S3_BUCKET}; nothing was changed. Pass --yes to move them`;
     default:
       return `would rewrite ${label} to give the space deleted runs freed back (a local world's writers wait meanwhile); nothing was changed. Pass --yes to compact it`;
   }
@@ -378,6 +391,7 @@ const COMMAND_OPTIONS = {
     yes: { type: 'boolean' },
   },
   compact: { yes: { type: 'boolean' } },
+  'move-artifacts': { yes: { type: 'boolean' } },
 };
 
 /**
@@ -398,7 +412,10 @@ function checkArgs(lib, command, values, positionals) {
       throw new UsageError(`${positionals[0]} is not a file: name an archive that little export wrote, or give none to read standard input`);
     }
   }
-  if (command === 'compact' && positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
+  if ((command === 'compact' || command === 'move-artifacts') && positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
+  if (command === 'move-artifacts' && values['s3-bucket'] === undefined && !process.env.LITTLE_S3_BUCKET) {
+    throw new UsageError('move-artifacts needs the bucket to move them into: --s3-bucket NAME (or LITTLE_S3_BUCKET)');
+  }
   if (command === 'backup') {
     if (values.to === undefined || values.to === '') throw new UsageError('--to DIR is required: the new or empty directory to copy the world into');
     if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals[0]}`);
@@ -570,6 +587,20 @@ const COMMANDS = {
       throw err;
     }
     await out(JSON.stringify(result));
+    return 0;
+  },
+  async 'move-artifacts'(lib, world) {
+    let moved = 0;
+    let bytes = 0;
+    for (;;) {
+      const step = await lib.moveArtifactsToBucket(world, { limit: 100 });
+      moved += step.moved;
+      bytes += step.bytes;
+      if (process.stderr.isTTY && step.left > 0) process.stderr.write(`\rlittle: moved ${moved} artifacts, ${step.left} left`);
+      if (step.left === 0 || step.moved === 0) break;
+    }
+    if (process.stderr.isTTY && moved > 0) process.stderr.write('\n');
+    await out(JSON.stringify({ moved, bytes }));
     return 0;
   },
   async compact(lib, world, _positionals, _values, _label, target) {

@@ -96,6 +96,29 @@ export async function pruneRuns(world: World, opts: PruneRunsOptions): Promise<P
   return pruned;
 }
 
+/** What {@link moveArtifactsToBucket} moved. */
+export interface MovedArtifacts {
+  moved: number;
+  bytes: number;
+  /** Artifacts still to move: 0 once every one is in the bucket. */
+  left: number;
+}
+
+/**
+ * Move up to `limit` (default 100) of the artifacts a world stored before it was opened with
+ * `artifacts.s3` into the bucket: each verified, its object written, then its manifest, then
+ * removed from where it was, so that a move cut short anywhere leaves it readable and moving again
+ * finishes it. Call again until `left` is 0. A world without a bucket has nothing to move.
+ */
+export async function moveArtifactsToBucket(world: World, opts?: { limit?: number }): Promise<MovedArtifacts> {
+  const handle = nativeOf(world);
+  const { limit } = options(opts, 'moveArtifactsToBucket options', ['limit']);
+  if (limit !== undefined && (typeof limit !== 'number' || !Number.isSafeInteger(limit) || limit < 1 || limit > 10_000)) {
+    invalid('limit', 'must be an integer from 1 to 10,000');
+  }
+  return JSON.parse(await call(() => handle.moveArtifacts(limit ?? 100))) as MovedArtifacts;
+}
+
 /**
  * Give the space that deleted runs freed back to the operating system. A local world is
  * rewritten without its free pages (`VACUUM`), and its writers wait meanwhile; a PostgreSQL world

@@ -287,6 +287,13 @@ impl NativeWorld {
         })
     }
 
+    /// Move up to `limit` artifacts stored before the world had a bucket into it; resolves with
+    /// `{ moved, bytes, left }` as JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn move_artifacts(&self, env: Env, limit: u32) -> napi::Result<RawValue> {
+        self.submit(&env, |t| self.world.move_artifacts(t, limit))
+    }
+
     /// Append events to a run in one transaction, whole or not at all; resolves with their
     /// envelopes' canonical JSON, in order.
     #[napi(ts_return_type = "Promise<string[]>")]

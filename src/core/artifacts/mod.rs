@@ -202,6 +202,16 @@ pub trait ArtifactBackend: Send + Sync {
     fn remove_orphan(&self, _id: &str) -> Result<()> {
         Ok(())
     }
+    /// Artifacts kept in the store this backend was opened over, not in its own (see
+    /// [`objects`]): those [`ArtifactBackend::move_in`] moves. None in the others.
+    fn kept_elsewhere(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    /// Move artifact `id`, verified, from the store this backend was opened over into its own;
+    /// its size, or `None` when it is not there.
+    fn move_in(&self, _id: &str) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// The artifacts of one world: the rules, over its backend.
@@ -307,6 +317,23 @@ impl ArtifactStore {
             removed += 1;
         }
         Ok(removed)
+    }
+
+    /// Move up to `limit` artifacts kept in the store the backend was opened over into its own
+    /// (see [`ArtifactBackend::move_in`]), each taking its turn as a writer of it does; returns how
+    /// many were moved, their bytes, and how many are left.
+    pub fn move_in(&self, limit: usize) -> Result<(u64, u64, u64)> {
+        let mut ids = self.backend.kept_elsewhere()?;
+        ids.sort();
+        let (mut moved, mut bytes) = (0, 0);
+        for id in ids.iter().take(limit) {
+            let _turn = self.turn(id);
+            if let Some(size) = self.backend.move_in(id)? {
+                moved += 1;
+                bytes += size;
+            }
+        }
+        Ok((moved, bytes, ids.len().saturating_sub(limit) as u64))
     }
 
     /// Ids of every published artifact, sorted.

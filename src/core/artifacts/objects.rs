@@ -15,7 +15,7 @@
 //! same artifact adopts it, and a prune removes it once it is older than an hour.
 //!
 //! Artifacts the world stored before it was given the bucket stay where they are, in the backend
-//! it had (`earlier`), and are read, listed and removed there.
+//! it had (`earlier`), and are read, listed and removed there, until `move_in` moves them.
 
 use super::bucket::{Bucket, Listed};
 use super::{check_digest, check_manifest, ArtifactBackend, Manifest};
@@ -175,6 +175,26 @@ impl ArtifactBackend for ObjectArtifacts {
             }
         }
         Ok(orphans)
+    }
+
+    fn kept_elsewhere(&self) -> Result<Vec<String>> {
+        self.earlier.list()
+    }
+
+    /// The object first, then the manifest, then the artifact's removal from the earlier store:
+    /// cut short anywhere, the artifact is readable, and moving it again finishes the move.
+    fn move_in(&self, id: &str) -> Result<Option<u64>> {
+        let (m, bytes) = match self.earlier.read(id) {
+            Ok(read) => read,
+            Err(WorldError::ArtifactNotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !self.bucket.create(id, &bytes)? && !self.intact(&m)? {
+            self.bucket.overwrite(id, &bytes)?;
+        }
+        self.manifests.put(&m, false)?;
+        self.earlier.remove(id)?;
+        Ok(Some(m.size_bytes))
     }
 
     fn remove_orphan(&self, id: &str) -> Result<()> {

@@ -37,6 +37,20 @@ impl World {
         })
     }
 
+    /// Move up to `limit` of the artifacts this world stored before it had a bucket into the
+    /// bucket; completes with `{ moved, bytes, left }`.
+    pub fn move_artifacts(&self, ticket: Ticket, limit: u32) -> Result<()> {
+        self.ensure_open()?;
+        self.ensure_writable("moving artifacts")?;
+        let store = self.inner.artifacts.clone();
+        self.run(ticket, move || {
+            let (moved, bytes, left) = store.move_in(limit.max(1) as usize)?;
+            Ok(Output::Json(
+                serde_json::json!({ "moved": moved, "bytes": bytes, "left": left }).to_string(),
+            ))
+        })
+    }
+
     /// Take the lock of a run (`kind` `run`) or an outer loop (`outer-loop`) by its id, waiting up
     /// to `wait`; completes with `{name, token}`. Runs on a thread of its own, since it may sleep
     /// while it waits.
