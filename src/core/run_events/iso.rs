@@ -1,10 +1,14 @@
 //! The two string formats the run-event vocabulary pins down: ISO-8601 instants and UUIDs.
 //!
 //! The run events stamp times as ISO 8601 (`startedAt`, `deadlineAt`, the envelope's `timestamp`)
-//! and names `run:started.workflowId` a UUID. No parsing crate is in the tree (`time` is built
-//! without its parsing feature), so these are small hand-written matchers. An instant is accepted
-//! in the form the sister engine writes and reads back (`z.string().datetime({ offset: true })`):
-//! `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, with a real calendar date.
+//! and names `run:started.workflowId` a UUID. An instant is accepted in the form the sister engine
+//! writes and reads back (`z.string().datetime({ offset: true })`):
+//! `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, with a real calendar date; `time` parses it as RFC
+//! 3339, which also allows what that form does not (another separator than `T`, a lower-case `z`,
+//! a leap second), so those are refused first.
+
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
 
 /// An instant as seconds since 1970-01-01T00:00:00Z plus nanoseconds, so two instants written
 /// with different offsets compare correctly (never lexically).
@@ -13,53 +17,11 @@ pub type Instant = (i64, u32);
 /// Parse an ISO-8601 date-time with a `Z` or `±HH:MM` offset; `None` when it is not one.
 pub fn parse_instant(s: &str) -> Option<Instant> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+    if b.get(10) != Some(&b'T') || s.ends_with('z') || s.get(17..19) == Some("60") {
         return None;
     }
-    let year = digits(&b[0..4])?;
-    let month = digits(&b[5..7])?;
-    let day = digits(&b[8..10])?;
-    let hour = digits(&b[11..13])?;
-    let minute = digits(&b[14..16])?;
-    let second = digits(&b[17..19])?;
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 59 {
-        return None;
-    }
-    let mut rest = &b[19..];
-    let mut nanos = 0u32;
-    if let Some(frac) = rest.strip_prefix(b".") {
-        let n = frac.iter().take_while(|c| c.is_ascii_digit()).count();
-        if n == 0 {
-            return None;
-        }
-        for (i, d) in frac[..n].iter().take(9).enumerate() {
-            nanos += u32::from(d - b'0') * 10u32.pow(8 - i as u32);
-        }
-        rest = &frac[n..];
-    }
-    let offset_secs = match rest {
-        [b'Z'] => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let h = digits(&[*h1, *h2])?;
-            let m = digits(&[*m1, *m2])?;
-            if h > 23 || m > 59 {
-                return None;
-            }
-            let secs = i64::from(h * 3600 + m * 60);
-            if *sign == b'+' {
-                secs
-            } else {
-                -secs
-            }
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(i64::from(year), month, day);
-    let secs = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second) - offset_secs;
-    Some((secs, nanos))
+    let t = OffsetDateTime::parse(s, &Rfc3339).ok()?;
+    Some((t.unix_timestamp(), t.nanosecond()))
 }
 
 /// Whether `s` is an ISO-8601 date-time (see [`parse_instant`]).
@@ -75,32 +37,6 @@ pub fn is_uuid(s: &str) -> bool {
             8 | 13 | 18 | 23 => *c == b'-',
             _ => c.is_ascii_hexdigit(),
         })
-}
-
-fn digits(b: &[u8]) -> Option<u32> {
-    b.iter().try_fold(0u32, |acc, c| {
-        c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0'))
-    })
-}
-
-fn days_in_month(year: u32, month: u32) -> u32 {
-    match month {
-        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -130,6 +66,10 @@ mod tests {
             "2026-05-21T10:00:00.Z",
             "2026-05-21T10:00:00+0100",
             "2026-05-21T10:00:00Zjunk",
+            "2026-05-21t10:00:00Z",
+            "2026-05-21T10:00:00z",
+            "2026-06-30T23:59:60Z",
+            "2026-05-21T10:00:00+24:00",
             "yesterday at noon, roughly",
         ] {
             assert!(!is_instant(bad), "{bad}");
