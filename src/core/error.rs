@@ -145,7 +145,7 @@ pub enum WorldError {
     #[error("{context} ({server}): {message}")]
     Database {
         context: String,
-        server: Box<crate::core::pg::Server>,
+        server: Box<Server>,
         message: String,
         /// The server's SQLSTATE, when it answered with an error.
         sqlstate: Option<String>,
@@ -182,6 +182,20 @@ fn location(run_id: &Option<String>, sequence: &Option<u64>) -> String {
         (Some(r), None) => format!(" ({r})"),
         (None, Some(s)) => format!(" (sequence {s})"),
         (None, None) => String::new(),
+    }
+}
+
+/// Where a world's database server is, as messages name it: never with the password.
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}/{}", self.host, self.port, self.database)
     }
 }
 

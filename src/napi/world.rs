@@ -8,7 +8,7 @@ use crate::core::events::{self, AppendRequest};
 use crate::core::materialize::pricing::Pricing;
 use crate::core::run_events::Stream;
 use crate::core::runtime::Ticket;
-use crate::core::store::sqlite::Durability;
+use crate::core::store::Durability;
 use crate::core::world::World;
 use napi::bindgen_prelude::Buffer;
 use napi::Env;

@@ -5,7 +5,7 @@ use super::*;
 use crate::core::store::memory::MemoryLog;
 use crate::core::store::postgres;
 use crate::core::store::sqlite::{self, Durability};
-use crate::core::store::IndexQuery;
+use crate::core::store::{IndexQuery, LogWriter};
 use serde_json::json;
 
 struct NoArtifacts;

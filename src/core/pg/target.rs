@@ -17,19 +17,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use tokio_postgres::config::{Host, SslMode};
 
-/// Where a world's database is, as messages name it: never with the password.
-#[derive(Debug, Clone)]
-pub struct Server {
-    pub host: String,
-    pub port: u16,
-    pub database: String,
-}
-
-impl std::fmt::Display for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}/{}", self.host, self.port, self.database)
-    }
-}
+pub use crate::core::error::Server;
 
 /// A parsed connection string.
 pub struct Target {

@@ -207,6 +207,18 @@ pub trait LogTx {
     }
 }
 
+/// How durable a commit is when its append resolves, on every kind of world: a local world's
+/// SQLite `synchronous` setting, a PostgreSQL world's `synchronous_commit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Every commit is flushed to disk before it returns (one flush per group of appends), so no
+    /// crash loses a commit that returned.
+    Full,
+    /// A commit returns before it is flushed: a crash of the process loses nothing, a power loss,
+    /// a crash of the kernel or of the database server may lose the last commits.
+    Normal,
+}
+
 /// What a transaction's body is about to ask, so that a backend paying a network round trip per
 /// question can ask them all at once, before the body runs. The body may still ask about
 /// anything else; that only costs more.

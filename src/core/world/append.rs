@@ -1,7 +1,6 @@
 //! Where an append goes: prepared on the caller's thread or the prep thread, committed by the
 //! writer thread or, for one its caller awaits alone, on the caller's thread.
 
-use super::threads::AfterClose;
 use super::World;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
@@ -49,6 +48,10 @@ impl Submit {
         Ok(())
     }
 }
+
+/// What the writer does once every append queued before a close has committed, before the close
+/// completes: let go of the world's locks (see [`World::close`]).
+pub(super) type AfterClose = Box<dyn FnOnce() + Send>;
 
 pub(super) enum PrepMsg {
     Append(Ticket, AppendRequest),

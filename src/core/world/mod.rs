@@ -44,13 +44,13 @@ use crate::core::materialize::pricing::Pricing;
 use crate::core::outer_loop::OuterLoops;
 use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket};
 use crate::core::store::{LogReader, LogWriter};
-use append::{PrepMsg, Submit, WriteMsg};
+use append::{AfterClose, PrepMsg, Submit, WriteMsg};
 use crossbeam_channel::unbounded;
 use runs::Statuses;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use threads::{prep_loop, spawn, writer_loop, AfterClose, Backlog, BacklogCloser, ReadOnlyLog, Snapshots, ToWriter};
+use threads::{prep_loop, spawn, writer_loop, Backlog, BacklogCloser, ReadOnlyLog, Snapshots, ToWriter};
 
 pub use append::{INLINE_PREP_MAX, INLINE_UNDER_LOAD_MAX};
 pub use archive::{Export, Import};

@@ -17,10 +17,6 @@ use std::sync::{Arc, Mutex};
 /// Most appends committed in one transaction.
 pub const MAX_GROUP: usize = 4096;
 
-/// What the writer does once every append queued before a close has committed, before the close
-/// completes: let go of the world's locks (see [`World::close`]).
-pub(super) type AfterClose = Box<dyn FnOnce() + Send>;
-
 /// Start a thread of the world's own; failing to (at the process's thread limit) is `WORLD_IO`.
 pub(super) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
     crate::core::runtime::start_thread(name, f)

@@ -33,16 +33,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// How durable a commit is when its append resolves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// `synchronous=FULL`: the WAL is fsynced at every commit (one fsync per group of appends), so
-    /// no crash loses a commit that returned.
-    Full,
-    /// `synchronous=NORMAL`: a commit returns before the WAL is fsynced; a crash of the process
-    /// loses nothing, a power loss or a crash of the kernel may lose the last commits.
-    Normal,
-}
+pub use crate::core::store::Durability;
 
 /// Open (creating if needed) the event store of `data_dir`.
 pub fn open(data_dir: &Path, durability: Durability) -> Result<(SqliteWriter, SqliteReader)> {
