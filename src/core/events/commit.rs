@@ -387,8 +387,7 @@ fn append_one<'b>(
         digest: item.digest.as_deref(),
         recorded_at,
     };
-    // SAFETY: the tail is ASCII and the UTF-8 of `&str`s, so `envelope` stays UTF-8.
-    fields.write_tail(unsafe { envelope.as_mut_vec() });
+    fields.finish(&mut envelope);
     tx.insert(&RowRef {
         run_id: run,
         sequence,

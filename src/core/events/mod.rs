@@ -126,8 +126,10 @@ pub struct PreparedAppend {
     /// [`PreparedAppend::id_at`] and appends the rest (see [`EnvelopeFields::write_tail`]), so a
     /// payload is never copied again after canonicalization. Room for the rest is reserved.
     pub head: String,
-    /// Where the event id goes in `head`.
+    /// Where the event id goes in `head`, as [`EnvelopeFields::write_head`] wrote it.
     pub id_at: usize,
+    /// Where the payload starts in `head`.
+    pub payload_at: usize,
     pub key: Option<String>,
     pub digest: Option<String>,
     /// For a run-event terminal: the node it ends, or `""` when it ends the run (or session).
@@ -347,7 +349,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         None => catalog::status_change(&req.run_id, &req.event_type, &payload),
     };
     let mut text = Vec::with_capacity(capacity);
-    EnvelopeFields {
+    let layout = EnvelopeFields {
         event_id: EVENT_ID_PLACEHOLDER,
         run_id: &req.run_id,
         sequence: 0,
@@ -357,9 +359,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         recorded_at: "",
     }
     .write_head(&mut text);
-    // The head ends `…"<digest>","eventId":"<event id>","payload":` (the digest only if keyed).
-    let id_at = text.len() - "\",\"payload\":".len() - EVENT_ID_PLACEHOLDER.len();
-    let payload_at = text.len();
+    let (id_at, payload_at) = (layout.event_id, layout.payload);
     canonical::write_value(&Value::Object(payload), &mut text);
     // Only valid UTF-8 was written: string contents are copied whole from `&str`s.
     let mut head = String::from_utf8(text).expect("canonical JSON is UTF-8");
@@ -369,15 +369,15 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         .as_ref()
         .map(|_| ids::request_digest(&req.run_id, &req.event_type, canonical));
     let id_prefix = ids::event_id_prefix(&req.run_id, canonical);
-    if let Some(d) = &digest {
-        let digest_at = id_at - "\",\"eventId\":\"".len() - DIGEST_PLACEHOLDER.len();
-        fill_placeholder(&mut head, digest_at, DIGEST_PLACEHOLDER, d);
+    if let (Some(d), Some(at)) = (&digest, layout.digest) {
+        fill_placeholder(&mut head, at, DIGEST_PLACEHOLDER, d);
     }
     Ok(PreparedAppend {
         run_id: req.run_id,
         event_type: req.event_type,
         head,
         id_at,
+        payload_at,
         id_prefix,
         key: req.key,
         digest,
@@ -412,7 +412,7 @@ pub fn answer_refused(reader: &dyn LogReader, prepared: PreparedAppend) -> Resul
 impl PreparedAppend {
     /// The canonical payload, as prepared.
     pub fn payload(&self) -> &str {
-        &self.head[self.id_at + EVENT_ID_PLACEHOLDER.len() + "\",\"payload\":".len()..]
+        &self.head[self.payload_at..]
     }
 }
 
@@ -423,13 +423,12 @@ pub(super) const EVENT_ID_PLACEHOLDER: &str = "evt_0000000000000000";
 const DIGEST_PLACEHOLDER: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
 /// Write `with` over `placeholder`, which `text` holds at `at`; both are ASCII of one length.
-pub(super) fn fill_placeholder(text: &mut str, at: usize, placeholder: &str, with: &str) {
+pub(super) fn fill_placeholder(text: &mut String, at: usize, placeholder: &str, with: &str) {
     assert!(
         with.is_ascii() && with.len() == placeholder.len() && text.get(at..at + with.len()) == Some(placeholder),
         "a placeholder is filled with what it stands for"
     );
-    // SAFETY: ASCII bytes replace ASCII bytes, so `text` stays UTF-8.
-    unsafe { text.as_bytes_mut()[at..at + with.len()].copy_from_slice(with.as_bytes()) };
+    text.replace_range(at..at + with.len(), with);
 }
 
 /// Re-root a validation error's path (`event.nodeId` → `payload.nodeId`).
@@ -610,24 +609,44 @@ pub struct EnvelopeFields<'a> {
     pub recorded_at: &'a str,
 }
 
+/// Where [`EnvelopeFields::write_head`] wrote what a prepared head fills in later: the byte offsets
+/// in its output of the digest's and the event id's text (inside their quotes) and of the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadLayout {
+    pub digest: Option<usize>,
+    pub event_id: usize,
+    pub payload: usize,
+}
+
 impl EnvelopeFields<'_> {
-    /// Append the envelope's text up to and including `"payload":`.
-    pub fn write_head(&self, out: &mut Vec<u8>) {
+    /// Append the envelope's text up to and including `"payload":`; returns where it put the
+    /// digest, the event id and where the payload goes.
+    pub fn write_head(&self, out: &mut Vec<u8>) -> HeadLayout {
         use canonical::write_str;
+        // A string's text starts after its opening quote.
+        let text_at = |out: &Vec<u8>| out.len() + 1;
         out.push(b'{');
         if let Some(k) = self.key {
             out.extend_from_slice(b"\"appendIdempotencyKey\":");
             write_str(k, out);
             out.push(b',');
         }
+        let mut digest = None;
         if let Some(d) = self.digest {
             out.extend_from_slice(b"\"canonicalRequestDigest\":");
+            digest = Some(text_at(out));
             write_str(d, out);
             out.push(b',');
         }
         out.extend_from_slice(b"\"eventId\":");
+        let event_id = text_at(out);
         write_str(self.event_id, out);
         out.extend_from_slice(b",\"payload\":");
+        HeadLayout {
+            digest,
+            event_id,
+            payload: out.len(),
+        }
     }
 
     /// Append the envelope's text after the payload, from `,"recordedAt":` to the closing brace.
@@ -642,6 +661,13 @@ impl EnvelopeFields<'_> {
         out.extend_from_slice(b",\"type\":");
         write_str(self.event_type, out);
         out.push(b'}');
+    }
+
+    /// [`EnvelopeFields::write_tail`] onto a finished head.
+    pub fn finish(&self, envelope: &mut String) {
+        let mut tail = Vec::with_capacity(64 + self.run_id.len() + self.event_type.len());
+        self.write_tail(&mut tail);
+        envelope.push_str(&String::from_utf8(tail).expect("canonical JSON is UTF-8"));
     }
 }
 

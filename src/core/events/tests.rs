@@ -788,3 +788,38 @@ fn index_writes_are_checked_before_anything_is_written() {
         "index"
     );
 }
+
+#[test]
+fn the_head_says_where_it_wrote_the_digest_the_event_id_and_the_payload() {
+    for key in [None, Some("k \"quoted\" \u{e9}")] {
+        let fields = EnvelopeFields {
+            event_id: EVENT_ID_PLACEHOLDER,
+            run_id: "run_layout",
+            sequence: 0,
+            event_type: "custom.t",
+            key,
+            digest: key.map(|_| DIGEST_PLACEHOLDER),
+            recorded_at: "",
+        };
+        let mut out = b"prefix".to_vec();
+        let layout = fields.write_head(&mut out);
+        let at = |from: usize, len: usize| std::str::from_utf8(&out[from..from + len]).unwrap().to_string();
+        assert_eq!(at(layout.event_id, EVENT_ID_PLACEHOLDER.len()), EVENT_ID_PLACEHOLDER);
+        assert_eq!(
+            layout.digest.map(|d| at(d, DIGEST_PLACEHOLDER.len())).as_deref(),
+            key.map(|_| DIGEST_PLACEHOLDER)
+        );
+        assert_eq!(layout.payload, out.len());
+        // A prepared append fills them in: the envelope it makes is the one its fields describe.
+        let prepared = prep(req("run_layout", "custom.t", json!({"b": [1, "two"], "a": null}), key)).unwrap();
+        assert_eq!(prepared.payload(), r#"{"a":null,"b":[1,"two"]}"#);
+        let mut w = MemoryLog::new();
+        let envelope = commit_batch(&mut w, &NoArtifacts, &mut [prepared], "2026-01-01T00:00:00.000Z")
+            .remove(0)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&envelope).unwrap();
+        shape::check_envelope(&v).unwrap();
+        assert_eq!(v["payload"], json!({"a": null, "b": [1, "two"]}));
+        assert_eq!(v["appendIdempotencyKey"].as_str(), key);
+    }
+}
