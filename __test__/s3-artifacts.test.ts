@@ -294,6 +294,28 @@ describe.runIf(needsS3())('artifacts in an S3 bucket', () => {
     }, SETTLES_MS);
   });
 
+  describe('a slow store', () => {
+    it('writes and reads through a link that holds every piece 1.5 s, and a world meanwhile goes on appending', async () => {
+      const bucket = await createBucket();
+      const proxy = await s3Proxy(() => {}, 1500);
+      try {
+        const world = track(localWorld({ dataDir: tempDir(), ...withS3(s3At(bucket, { endpoint: proxy.endpoint })) } as LocalWorldOptions));
+        const i = input(bytes(2 * 1024 * 1024));
+        const started = Date.now();
+        const writing = writeArtifact(world, i);
+        // Appends do not wait for the bucket.
+        expect((await appendEvent(world, 'run_slow', { type: 'RunStarted', payload: {} })).sequence).toBe(1);
+        expect(Date.now() - started).toBeLessThan(1500);
+        const m = await writing;
+        expect(m.artifactId).toBe(idOf(i).artifactId);
+        expect(Buffer.from((await readArtifact(world, m.artifactRef)).payload as Uint8Array)).toEqual(i.payload);
+        expect(Date.now() - started).toBeGreaterThanOrEqual(3000);
+      } finally {
+        await proxy.close();
+      }
+    }, SETTLES_MS);
+  });
+
   describe('orphan objects', () => {
     it('verify and `little verify` report an object without a manifest, and a write of its artifact adopts it', async () => {
       const bucket = await createBucket();

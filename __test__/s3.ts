@@ -190,24 +190,26 @@ export const silentServer = (): Promise<TestServer> => listen(() => {});
  * after each chunk, with the totals of every connection so far toward the server (`up`) and back
  * (`down`). When the server cannot be reached, the proxy cuts its client's connection.
  */
-export async function s3Proxy(onBytes: (up: number, down: number) => void): Promise<TestServer> {
+export async function s3Proxy(onBytes: (up: number, down: number) => void, delayMs = 0): Promise<TestServer> {
   const target = new URL(s3Endpoint()!);
   let up = 0;
   let down = 0;
+  // Each piece is held `delayMs` before it goes on, in order: a slow link, not a broken one.
+  const later = (f: () => void) => (delayMs > 0 ? setTimeout(f, delayMs) : f());
   return listen((client) => {
     const server = connect(Number(target.port), target.hostname);
     const cut = () => (client.destroy(), server.destroy());
     server.on('error', cut);
-    client.on('close', cut);
-    server.on('close', cut);
+    client.on('close', () => later(cut));
+    server.on('close', () => later(cut));
     client.on('data', (d: Buffer) => {
       up += d.length;
-      server.write(d);
+      later(() => server.write(d));
       onBytes(up, down);
     });
     server.on('data', (d: Buffer) => {
       down += d.length;
-      client.write(d);
+      later(() => client.write(d));
       onBytes(up, down);
     });
   });
