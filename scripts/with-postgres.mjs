@@ -22,8 +22,9 @@
 // runs the command without a server, except under CI=true, where it exits 1 without running it.
 import { spawn, spawnSync } from 'node:child_process';
 import { accessSync, appendFileSync, chmodSync, chownSync, closeSync, constants, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, realpathSync, rmSync, unlinkSync, writeSync } from 'node:fs';
-import { constants as osConstants, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { commandRunner } from './run-command.mjs';
 
 const FIRST_PORT = 54329;
 const PORTS_TRIED = 100;
@@ -74,54 +75,8 @@ function findBinaries() {
   return null;
 }
 
-// A signal to this script (SIGINT, SIGTERM, SIGHUP) is passed on to the command, and a second
-// one, or a command still running 10 s later, kills it. One that comes while the cluster starts
-// is handled once it has started (normally before the command runs), so the cluster is still
-// removed.
-let received = null;
-let signalChild = () => {};
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => {
-    if (received) {
-      signalChild('SIGKILL');
-      return;
-    }
-    received = sig;
-    signalChild(sig);
-    setTimeout(() => signalChild('SIGKILL'), 10_000).unref();
-  });
-}
-
-const signalExitCode = (sig) => 128 + (osConstants.signals[sig] ?? 0);
-
-/** Run `command` through the shell with `env`; resolves to the exit code this script should use. */
-function runCommand(env) {
-  if (received) return Promise.resolve(signalExitCode(received));
-  // Outside a terminal the command gets its own process group, so a signal passed on reaches
-  // everything it started, not only its shell. In a terminal it stays in the foreground group,
-  // where Ctrl-C reaches it anyway and it may read the terminal.
-  const ownGroup = !process.stdin.isTTY && process.platform !== 'win32';
-  const child = spawn(command, { shell: true, stdio: 'inherit', env, detached: ownGroup });
-  signalChild = (sig) => {
-    try {
-      if (ownGroup) process.kill(-child.pid, sig);
-      else child.kill(sig);
-    } catch {
-      // already gone
-    }
-  };
-  return new Promise((resolve) => {
-    child.on('error', (e) => {
-      say(`could not run the command: ${e.message}`);
-      resolve(127);
-    });
-    child.on('exit', (code, signal) => {
-      signalChild = () => {};
-      const sig = received ?? signal;
-      resolve(sig ? signalExitCode(sig) : code);
-    });
-  });
-}
+// Signals to this script are passed on to the command (see scripts/run-command.mjs).
+const runCommand = commandRunner(command, say);
 
 /** The uid and gid of a user, or null when there is none. */
 function userIds(name) {

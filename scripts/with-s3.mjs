@@ -28,8 +28,9 @@
 import { spawn } from 'node:child_process';
 import { accessSync, closeSync, constants, existsSync, mkdtempSync, openSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { constants as osConstants, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
+import { commandRunner } from './run-command.mjs';
 
 const FIRST_PORT = 54430;
 const PORTS_TRIED = 100;
@@ -65,54 +66,8 @@ function findServer() {
   return null;
 }
 
-// A signal to this script (SIGINT, SIGTERM, SIGHUP) is passed on to the command, and a second
-// one, or a command still running 10 s later, kills it. One that comes while the server starts
-// is handled once it has started (normally before the command runs), so the server is still
-// stopped.
-let received = null;
-let signalChild = () => {};
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => {
-    if (received) {
-      signalChild('SIGKILL');
-      return;
-    }
-    received = sig;
-    signalChild(sig);
-    setTimeout(() => signalChild('SIGKILL'), 10_000).unref();
-  });
-}
-
-const signalExitCode = (sig) => 128 + (osConstants.signals[sig] ?? 0);
-
-/** Run `command` through the shell with `env`; resolves to the exit code this script should use. */
-function runCommand(env) {
-  if (received) return Promise.resolve(signalExitCode(received));
-  // Outside a terminal the command gets its own process group, so a signal passed on reaches
-  // everything it started, not only its shell. In a terminal it stays in the foreground group,
-  // where Ctrl-C reaches it anyway and it may read the terminal.
-  const ownGroup = !process.stdin.isTTY && process.platform !== 'win32';
-  const child = spawn(command, { shell: true, stdio: 'inherit', env, detached: ownGroup });
-  signalChild = (sig) => {
-    try {
-      if (ownGroup) process.kill(-child.pid, sig);
-      else child.kill(sig);
-    } catch {
-      // already gone
-    }
-  };
-  return new Promise((resolve) => {
-    child.on('error', (e) => {
-      say(`could not run the command: ${e.message}`);
-      resolve(127);
-    });
-    child.on('exit', (code, signal) => {
-      signalChild = () => {};
-      const sig = received ?? signal;
-      resolve(sig ? signalExitCode(sig) : code);
-    });
-  });
-}
+// Signals to this script are passed on to the command (see scripts/run-command.mjs).
+const runCommand = commandRunner(command, say);
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 

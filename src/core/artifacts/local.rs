@@ -154,21 +154,7 @@ impl ArtifactBackend for LocalArtifacts {
     }
 
     fn list(&self) -> Result<Vec<String>> {
-        // A world opened read-only creates nothing, so its artifacts directory may be missing.
-        if !self.dir.exists() {
-            return Ok(Vec::new());
-        }
-        Ok(fs::read_dir(&self.dir)
-            .map_err(|e| WorldError::io("listing artifacts", Some(self.dir.clone()), e))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_string)
-            })
-            .filter(|id| crate::core::ids::is_artifact_id(id))
-            .collect())
+        manifest_ids(&self.dir)
     }
 
     /// Every manifest is read: the files are named by id alone.
@@ -187,16 +173,35 @@ impl ArtifactBackend for LocalArtifacts {
     }
 
     fn remove(&self, id: &str) -> Result<()> {
-        let gone = |r: std::io::Result<()>, path: PathBuf| match r {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(WorldError::io("removing an artifact", Some(path), e)),
-        };
-        let manifest = self.dir.join(format!("{id}.json"));
-        gone(fs::remove_file(&manifest), manifest)?;
-        sync_dir(&self.dir)?;
-        let blob = self.blobs.join(format!("{id}.bin"));
-        gone(fs::remove_file(&blob), blob)?;
-        sync_dir(&self.blobs)
+        remove_synced(&self.dir.join(format!("{id}.json")), &self.dir)?;
+        remove_synced(&self.blobs.join(format!("{id}.bin")), &self.blobs)
+    }
+}
+
+/// The ids of the artifacts whose manifests `dir` holds (`<id>.json`); none when it is missing (a
+/// world opened read-only creates nothing).
+pub(super) fn manifest_ids(dir: &Path) -> Result<Vec<String>> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    Ok(fs::read_dir(dir)
+        .map_err(|e| WorldError::io("listing artifacts", Some(dir.to_path_buf()), e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .map(str::to_string)
+        })
+        .filter(|id| crate::core::ids::is_artifact_id(id))
+        .collect())
+}
+
+/// Remove the file at `path` and sync its directory `dir`; a missing file is a no-op.
+pub(super) fn remove_synced(path: &Path, dir: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(WorldError::io("removing an artifact", Some(path.to_path_buf()), e)),
     }
 }

@@ -18,7 +18,7 @@
 //! it had (`earlier`), and are read, listed and removed there, until `move_in` moves them.
 
 use super::bucket::{Bucket, Listed};
-use super::{check_digest, check_manifest, ArtifactBackend, Manifest};
+use super::{check_digest, check_manifest, ArtifactBackend, ArtifactStore, Manifest};
 use crate::core::bytes::Bytes;
 use crate::core::durable::{create_dir_synced, remove_stale_tmp, sync_dir, TmpFile};
 use crate::core::error::{Result, WorldError};
@@ -43,6 +43,19 @@ pub trait ObjectManifests: Send + Sync {
     fn owned_by(&self, runs: &[&str]) -> Result<Vec<(String, String, u64)>>;
     /// Remove the manifest of `id`; a missing one is a no-op.
     fn remove(&self, id: &str) -> Result<()>;
+}
+
+/// The artifact store of a world whose own backend is `earlier`: over the world's bucket when it
+/// has one, with the manifests `manifests` opens.
+pub fn store<M: ObjectManifests + 'static>(
+    earlier: impl ArtifactBackend + 'static,
+    bucket: Option<Bucket>,
+    manifests: impl FnOnce() -> Result<M>,
+) -> Result<ArtifactStore> {
+    Ok(match bucket {
+        None => ArtifactStore::new(earlier),
+        Some(b) => ArtifactStore::new(ObjectArtifacts::new(b, manifests()?, earlier)),
+    })
 }
 
 /// Artifacts in a bucket, with their manifests in `manifests`, over the world's `earlier` backend.
@@ -281,20 +294,7 @@ impl ObjectManifests for LocalObjectManifests {
     }
 
     fn list(&self) -> Result<Vec<String>> {
-        if !self.dir.exists() {
-            return Ok(Vec::new());
-        }
-        Ok(fs::read_dir(&self.dir)
-            .map_err(|e| WorldError::io("listing artifacts", Some(self.dir.clone()), e))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_string)
-            })
-            .filter(|id| crate::core::ids::is_artifact_id(id))
-            .collect())
+        super::local::manifest_ids(&self.dir)
     }
 
     fn owned_by(&self, runs: &[&str]) -> Result<Vec<(String, String, u64)>> {
@@ -311,12 +311,7 @@ impl ObjectManifests for LocalObjectManifests {
     }
 
     fn remove(&self, id: &str) -> Result<()> {
-        let path = self.path(id);
-        match fs::remove_file(&path) {
-            Ok(()) => sync_dir(&self.dir),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(WorldError::io("removing an artifact", Some(path), e)),
-        }
+        super::local::remove_synced(&self.path(id), &self.dir)
     }
 }
 

@@ -63,6 +63,16 @@ pub struct AppendRequest {
     pub index: Vec<IndexWrite>,
 }
 
+impl AppendRequest {
+    /// Check the id of the stream appended to: a session's for a session draft, else a run's.
+    pub fn check_stream_id(&self) -> Result<()> {
+        match self.draft {
+            Some(Stream::Session) => ids::check_session_id(&self.run_id),
+            _ => ids::check_run_id(&self.run_id),
+        }
+    }
+}
+
 /// An index entry an append sets (`value` some) or removes.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -255,10 +265,7 @@ fn deferred(keyed: bool, checked: Result<()>) -> Result<Option<WorldError>> {
 
 /// Check an append against every rule that does not depend on stored rows.
 pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<PreparedAppend> {
-    match req.draft {
-        Some(Stream::Session) => ids::check_session_id(&req.run_id)?,
-        _ => ids::check_run_id(&req.run_id)?,
-    }
+    req.check_stream_id()?;
     let run = req.run_id.clone();
     let run = run.as_str();
     // A run event stores no credential anywhere: not in its stream's id (refused before any error

@@ -5,7 +5,6 @@ use super::World;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, AppendRequest, PreparedAppend};
-use crate::core::ids;
 use crate::core::runtime::{panic_error, Output, Ticket};
 use crossbeam_channel::Sender;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,10 +109,7 @@ impl World {
             ));
         }
         for req in &reqs {
-            match req.draft {
-                Some(crate::core::run_events::Stream::Session) => ids::check_session_id(&req.run_id)?,
-                _ => ids::check_run_id(&req.run_id)?,
-            }
+            req.check_stream_id()?;
         }
         let guard = self.inner.submit.lock().expect("submit lock");
         let Some(submit) = guard.as_ref() else {
@@ -125,10 +121,7 @@ impl World {
     fn append_with(&self, ticket: Ticket, req: AppendRequest, awaited: bool) -> Result<()> {
         self.ensure_open()?;
         self.ensure_writable("an append")?;
-        match req.draft {
-            Some(crate::core::run_events::Stream::Session) => ids::check_session_id(&req.run_id)?,
-            _ => ids::check_run_id(&req.run_id)?,
-        }
+        req.check_stream_id()?;
         let guard = self.inner.submit.lock().expect("submit lock");
         let Some(submit) = guard.as_ref() else {
             return Err(WorldError::Closed);

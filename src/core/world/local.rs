@@ -3,8 +3,8 @@
 
 use super::{Parts, World};
 use crate::core::artifacts::bucket::{Bucket, BucketOptions};
-use crate::core::artifacts::objects::{LocalObjectManifests, ObjectArtifacts};
-use crate::core::artifacts::{local::LocalArtifacts, ArtifactStore};
+use crate::core::artifacts::local::LocalArtifacts;
+use crate::core::artifacts::objects::{self, LocalObjectManifests};
 use crate::core::error::{Result, WorldError};
 use crate::core::locks::{local::LocalLocks, Locks};
 use crate::core::materialize::pricing::Pricing;
@@ -49,14 +49,9 @@ impl World {
             kind: "local",
             writer: Some(Box::new(writer)),
             reader: Arc::new(reader),
-            artifacts: match bucket {
-                None => ArtifactStore::new(LocalArtifacts::open(&data_dir)?),
-                Some(b) => ArtifactStore::new(ObjectArtifacts::new(
-                    b,
-                    LocalObjectManifests::open(&data_dir)?,
-                    LocalArtifacts::open(&data_dir)?,
-                )),
-            },
+            artifacts: objects::store(LocalArtifacts::open(&data_dir)?, bucket, || {
+                LocalObjectManifests::open(&data_dir)
+            })?,
             locks: Locks::new(LocalLocks::open(&data_dir)?),
             outer_loops: OuterLoops::new(LocalManifests::open(&data_dir)?),
             data_dir: Some(data_dir),
@@ -98,14 +93,9 @@ impl World {
             kind: "local",
             writer: None,
             reader: Arc::new(reader),
-            artifacts: match bucket {
-                None => ArtifactStore::new(LocalArtifacts::read_only(&data_dir)),
-                Some(b) => ArtifactStore::new(ObjectArtifacts::new(
-                    b,
-                    LocalObjectManifests::read_only(&data_dir),
-                    LocalArtifacts::read_only(&data_dir),
-                )),
-            },
+            artifacts: objects::store(LocalArtifacts::read_only(&data_dir), bucket, || {
+                Ok(LocalObjectManifests::read_only(&data_dir))
+            })?,
             locks: Locks::new(LocalLocks::read_only(&data_dir)),
             outer_loops: OuterLoops::new(LocalManifests::read_only(&data_dir)),
             data_dir: Some(data_dir),

@@ -3,8 +3,8 @@
 
 use super::{Parts, World};
 use crate::core::artifacts::bucket::{Bucket, BucketOptions};
-use crate::core::artifacts::objects::{ObjectArtifacts, PgObjectManifests};
-use crate::core::artifacts::{postgres::PgArtifacts, ArtifactStore};
+use crate::core::artifacts::objects::{self, PgObjectManifests};
+use crate::core::artifacts::postgres::PgArtifacts;
 use crate::core::error::Result;
 use crate::core::locks::{postgres::PgLocks, Locks};
 use crate::core::materialize::pricing::Pricing;
@@ -40,14 +40,9 @@ impl World {
             data_dir: None,
             writer,
             reader: Arc::new(PgReader::new(db.clone())),
-            artifacts: match bucket {
-                None => ArtifactStore::new(PgArtifacts::new(db.clone())),
-                Some(b) => ArtifactStore::new(ObjectArtifacts::new(
-                    b,
-                    PgObjectManifests::new(db.clone()),
-                    PgArtifacts::new(db.clone()),
-                )),
-            },
+            artifacts: objects::store(PgArtifacts::new(db.clone()), bucket, || {
+                Ok(PgObjectManifests::new(db.clone()))
+            })?,
             locks: Locks::new(PgLocks::new(db.clone())),
             outer_loops: OuterLoops::new(PgManifests::new(db)),
         };
