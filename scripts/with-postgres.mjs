@@ -20,11 +20,11 @@
 // The cluster is stopped and its directory removed when the command ends, fails, or this script
 // is interrupted (SIGINT, SIGTERM, SIGHUP). Without the binaries this prints a `SKIPPED:` line and
 // runs the command without a server, except under CI=true, where it exits 1 without running it.
-import { spawn, spawnSync } from 'node:child_process';
-import { accessSync, appendFileSync, chmodSync, chownSync, closeSync, constants, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, realpathSync, rmSync, unlinkSync, writeSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { commandRunner } from './run-command.mjs';
+import { claim, commandOf, commandRunner, isExecutable, logTail, release } from './wrapper.mjs';
 
 const FIRST_PORT = 54329;
 const PORTS_TRIED = 100;
@@ -33,20 +33,7 @@ const HOW_TO_ENABLE = "install Debian's postgresql (apt-get install postgresql),
 
 const say = (line) => process.stderr.write(`with-postgres: ${line}\n`);
 
-const command = process.argv.slice(2).join(' ');
-if (command.trim() === '') {
-  say('usage: node scripts/with-postgres.mjs <command...>');
-  process.exit(2);
-}
-
-function isExecutable(path) {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
+const command = commandOf('with-postgres', say);
 
 const hasServerBinaries = (dir) => isExecutable(join(dir, 'initdb')) && isExecutable(join(dir, 'pg_ctl'));
 
@@ -75,7 +62,7 @@ function findBinaries() {
   return null;
 }
 
-// Signals to this script are passed on to the command (see scripts/run-command.mjs).
+// Signals to this script are passed on to the command (see scripts/wrapper.mjs).
 const runCommand = commandRunner(command, say);
 
 /** The uid and gid of a user, or null when there is none. */
@@ -175,52 +162,16 @@ class Cluster {
   claimPort(base) {
     for (let port = FIRST_PORT; port < FIRST_PORT + PORTS_TRIED; port++) {
       const file = join(base, `little-pg-${port}.claim`);
-      for (let attempt = 0; attempt < 2; attempt++) {
-        try {
-          const fd = openSync(file, 'wx');
-          writeSync(fd, String(process.pid));
-          closeSync(fd);
-          this.claim = file;
-          return port;
-        } catch (e) {
-          // Another user's claim can be refused with EACCES instead (protected_regular).
-          if ((e.code === 'EACCES' || e.code === 'EPERM') && existsSync(file)) break;
-          if (e.code !== 'EEXIST') throw e;
-          if (!this.staleClaim(file)) break;
-          try {
-            unlinkSync(file);
-          } catch {
-            // another run took it over first
-          }
-        }
+      if (claim(file)) {
+        this.claim = file;
+        return port;
       }
     }
     throw new Error(`no free port number from ${FIRST_PORT} to ${FIRST_PORT + PORTS_TRIED - 1}`);
   }
 
-  staleClaim(file) {
-    let pid;
-    try {
-      pid = Number(readFileSync(file, 'utf8'));
-    } catch {
-      return false;
-    }
-    if (!Number.isInteger(pid) || pid <= 0) return true;
-    try {
-      process.kill(pid, 0);
-      return false;
-    } catch (e) {
-      return e.code === 'ESRCH';
-    }
-  }
-
-  logTail(lines = 40) {
-    try {
-      const text = readFileSync(this.log, 'utf8').trimEnd().split('\n');
-      return `--- last lines of ${this.log} ---\n${text.slice(-lines).join('\n')}\n---`;
-    } catch {
-      return '(no server log)';
-    }
+  logTail() {
+    return logTail(this.log);
   }
 
   env() {
@@ -247,14 +198,8 @@ class Cluster {
     this.started = false;
     if (this.dir) rmSync(this.dir, { recursive: true, force: true });
     this.dir = null;
-    if (this.claim) {
-      try {
-        if (readFileSync(this.claim, 'utf8') === String(process.pid)) unlinkSync(this.claim);
-      } catch {
-        // already gone
-      }
-      this.claim = null;
-    }
+    if (this.claim) release(this.claim);
+    this.claim = null;
   }
 }
 

@@ -26,11 +26,11 @@
 // interrupted (SIGINT, SIGTERM, SIGHUP). Without moto_server this prints a `SKIPPED:` line and runs
 // the command without a server, except under CI=true, where it exits 1 without running it.
 import { spawn } from 'node:child_process';
-import { accessSync, closeSync, constants, existsSync, mkdtempSync, openSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
-import { commandRunner } from './run-command.mjs';
+import { claim, commandOf, commandRunner, isExecutable, logTail, release } from './wrapper.mjs';
 
 const FIRST_PORT = 54430;
 const PORTS_TRIED = 100;
@@ -41,20 +41,7 @@ const CREDENTIALS = { AWS_ACCESS_KEY_ID: 'little-test', AWS_SECRET_ACCESS_KEY: '
 
 const say = (line) => process.stderr.write(`with-s3: ${line}\n`);
 
-const command = process.argv.slice(2).join(' ');
-if (command.trim() === '') {
-  say('usage: node scripts/with-s3.mjs <command...>');
-  process.exit(2);
-}
-
-function isExecutable(path) {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
+const command = commandOf('with-s3', say);
 
 /** The moto_server executable, or null. */
 function findServer() {
@@ -66,7 +53,7 @@ function findServer() {
   return null;
 }
 
-// Signals to this script are passed on to the command (see scripts/run-command.mjs).
+// Signals to this script are passed on to the command (see scripts/wrapper.mjs).
 const runCommand = commandRunner(command, say);
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -164,53 +151,14 @@ class Server {
    */
   claimPort(port) {
     const file = join(tmpdir(), `little-s3-${port}.claim`);
-    for (let attempt = 0; attempt < 2; attempt++) {
-      try {
-        const fd = openSync(file, 'wx');
-        writeSync(fd, String(process.pid));
-        closeSync(fd);
-        this.claim = file;
-        return true;
-      } catch (e) {
-        // Another user's claim can be refused with EACCES instead (protected_regular).
-        if ((e.code === 'EACCES' || e.code === 'EPERM') && existsSync(file)) return false;
-        if (e.code !== 'EEXIST') throw e;
-        if (!this.staleClaim(file)) return false;
-        try {
-          unlinkSync(file);
-        } catch {
-          // another run took it over first
-        }
-      }
-    }
-    return false;
-  }
-
-  staleClaim(file) {
-    let pid;
-    try {
-      pid = Number(readFileSync(file, 'utf8'));
-    } catch {
-      return false;
-    }
-    if (!Number.isInteger(pid) || pid <= 0) return true;
-    try {
-      process.kill(pid, 0);
-      return false;
-    } catch (e) {
-      return e.code === 'ESRCH';
-    }
+    if (!claim(file)) return false;
+    this.claim = file;
+    return true;
   }
 
   releaseClaim() {
-    if (this.claim) {
-      try {
-        if (readFileSync(this.claim, 'utf8') === String(process.pid)) unlinkSync(this.claim);
-      } catch {
-        // already gone
-      }
-      this.claim = null;
-    }
+    if (this.claim) release(this.claim);
+    this.claim = null;
   }
 
   logText() {
@@ -221,10 +169,8 @@ class Server {
     }
   }
 
-  logTail(lines = 40) {
-    const text = this.logText().trimEnd();
-    if (text === '') return '(nothing in the server log)';
-    return `--- last lines of ${this.log} ---\n${text.split('\n').slice(-lines).join('\n')}\n---`;
+  logTail() {
+    return logTail(this.log);
   }
 
   env() {
