@@ -147,17 +147,21 @@ async function decideRunCreated(ask: Ask, state: RunState): Promise<Appending> {
   ]);
 }
 
+/** Whether the event is a lazy `step_started`: one carrying its step's name and input, which creates the step it starts. */
+function isLazyStep(req: EventRequest): boolean {
+  const d = req.eventData ?? {};
+  return req.eventType === 'step_started' && typeof d.stepName === 'string' && d.input !== undefined;
+}
+
 /** What an event may not do to a run that has ended; `plain` for a cancel repeated. */
 function checkTerminalRun(ask: Ask, state: RunState): Promise<Appending> | undefined {
   const status = state.run?.status;
   if (status === undefined || !TERMINAL_RUN.has(status)) return undefined;
   const eventType = ask.req.eventType;
-  const d = ask.req.eventData ?? {};
-  const lazyStep = eventType === 'step_started' && typeof d.stepName === 'string' && d.input !== undefined;
   if (eventType === 'run_cancelled' && status === 'cancelled') return plain(ask, state);
   if (eventType === 'run_started') throw new RunExpiredError(`Workflow run "${ask.sdkRunId}" is already in terminal state "${status}"`);
   if (TERMINAL_RUN_EVENTS.has(eventType)) throw new EntityConflictError(`Cannot transition run from terminal state "${status}"`);
-  if (CHILD_CREATIONS.has(eventType) || lazyStep) throw new EntityConflictError(`Cannot create new entities on run in terminal state "${status}"`);
+  if (CHILD_CREATIONS.has(eventType) || isLazyStep(ask.req)) throw new EntityConflictError(`Cannot create new entities on run in terminal state "${status}"`);
   if (eventType === 'attr_set') throw new EntityConflictError(`Cannot set attributes on run in terminal state "${status}"`);
   return undefined;
 }
@@ -227,7 +231,7 @@ async function decideStepEvent(ask: Ask, state: RunState): Promise<Appending> {
     if (step !== undefined) throw new EntityConflictError(`Step "${cid}" already created`);
     return plain(ask, state);
   }
-  const lazyStep = eventType === 'step_started' && typeof d.stepName === 'string' && d.input !== undefined;
+  const lazyStep = isLazyStep(req);
   if (step === undefined && !lazyStep) throw new WorkflowWorldError(`Step "${cid}" not found`, { status: 404 });
   if (lazyStep && step !== undefined) throw new EntityConflictError(`Step "${cid}" already created`);
   const status = state.run?.status;
