@@ -4,24 +4,18 @@
 //!
 //! A row holds the stream's last sequence (its event count: sequences are dense from 1), the
 //! `recordedAt` of its first and last events, and its status. The status is worked out at commit
-//! from each event alone, as a change to the status before it ([`StatusChange`]), by the rule in
-//! [`status_change`], which gives what the folds give:
-//! - a session (`ses_…`) is `open` until `session:cancelled`;
-//! - a run event follows the run-event fold: a run terminal sets the final status, a pause
-//!   `paused`, any other event but `run:timeout` `running`;
-//! - the Workflow SDK's run events (`workflow.run_*`, as the `vercel` World stores them) set
-//!   `pending`, `running`, `completed`, `failed` or `cancelled`;
-//! - the rest follow the materializer: `RunStarted` is `running`, `RunCompleted` and a done
-//!   `OuterLoopCycleCompleted` are `completed`, `RunFailed` is `failed`, and a step event moves a
-//!   pending run to `running`.
-//!
-//! Each event decides by its own type, so a stream that mixes vocabularies takes each event's
-//! change in turn.
+//! from each event alone, as a change to the status before it ([`StatusChange`]), by the first
+//! registered vocabulary that decides it ([`crate::core::vocabulary::Vocabulary::status_change`]):
+//! the run events follow their fold, the event log's own types the materializer, the Workflow
+//! SDK's run events their own status. A stream starts `pending` unless a vocabulary says
+//! otherwise (a session starts `open`). Each event decides by its own type, so a stream that
+//! mixes vocabularies takes each event's change in turn.
 //!
 //! A backend stages one [`CatalogNote`] per inserted row ([`CatalogStage`]) and writes one row
 //! per stream at commit; pages are read by [`RunQuery`], a status at a time, and merged here.
 
 use crate::core::error::{Result, WorldError};
+use crate::core::vocabulary;
 use serde_json::{Map, Value};
 
 /// How one event changes its stream's status.
@@ -73,13 +67,13 @@ fn touched(status: &str) -> &str {
     }
 }
 
-/// The status of a stream before its first event.
+/// The status of a stream before its first event: the first registered vocabulary's that
+/// decides it, else `pending`.
 pub fn initial_status(stream_id: &str) -> &'static str {
-    if stream_id.starts_with("ses_") {
-        "open"
-    } else {
-        "pending"
-    }
+    vocabulary::registered()
+        .iter()
+        .find_map(|v| v.initial_status(stream_id))
+        .unwrap_or("pending")
 }
 
 /// The statuses in which a stream has ended: nothing more will happen to it.
@@ -90,78 +84,23 @@ pub fn is_terminal(status: &str) -> bool {
     TERMINAL_STATUSES.contains(&status)
 }
 
-/// How an event of `event_type` with `payload`, appended to `stream_id`, changes its status. Each
-/// type changes it by its own vocabulary's rule; the event alone decides, never the stream's
-/// earlier events, so that the change is known before the stream is read.
+/// How an event of `event_type` with `payload`, appended to `stream_id`, changes its status: by
+/// the first registered vocabulary that decides it, else not at all. The event alone decides,
+/// never the stream's earlier events, so that the change is known before the stream is read.
 pub fn status_change(stream_id: &str, event_type: &str, payload: &Map<String, Value>) -> StatusChange {
-    use StatusChange::{Keep, Set, Touch};
-    if stream_id.starts_with("ses_") {
-        return if event_type == "session:cancelled" {
-            Set("cancelled")
-        } else {
-            Keep
-        };
-    }
-    if is_run_event(event_type) {
-        return match event_type {
-            "run:completed" => Set("completed"),
-            "run:failed" => Set("failed"),
-            "run:cancelled" => Set("cancelled"),
-            "human_gate:paused" | "budget:paused" | "run:paused" => Set("paused"),
-            "run:timeout" => Keep,
-            _ => Set("running"),
-        };
-    }
-    match event_type {
-        "RunStarted" => Set("running"),
-        "RunCompleted" => Set("completed"),
-        "RunFailed" => Set("failed"),
-        "OuterLoopCycleCompleted" => {
-            let kind = payload
-                .get("supervise")
-                .and_then(|s| s.get("kind"))
-                .and_then(Value::as_str);
-            if kind == Some("done") {
-                Set("completed")
-            } else {
-                Touch
-            }
-        }
-        t if STEP_TYPES.contains(&t) => {
-            if payload.get("stepPath").is_some_and(Value::is_string) {
-                Touch
-            } else {
-                Keep
-            }
-        }
-        // The Workflow SDK's runs, as `@little-workflow/world/vercel` stores them.
-        "workflow.run_created" => Set("pending"),
-        "workflow.run_started" => Set("running"),
-        "workflow.run_completed" => Set("completed"),
-        "workflow.run_failed" => Set("failed"),
-        "workflow.run_cancelled" => Set("cancelled"),
-        _ => Keep,
-    }
+    vocabulary::registered()
+        .iter()
+        .find_map(|v| v.status_change(stream_id, event_type, payload))
+        .unwrap_or(StatusChange::Keep)
 }
 
-/// The step events, which move a pending run to running when they name a `stepPath`.
-const STEP_TYPES: &[&str] = &[
-    "StepStarted",
-    "StepCompleted",
-    "StepFailed",
-    "ParallelGroupStarted",
-    "ParallelGroupCompleted",
-    "ParallelGroupFailed",
-    "ParallelBranchScheduled",
-    "ParallelBranchCompleted",
-    "ParallelBranchFailed",
-];
-
 /// [`status_change`] of a stored row, `envelope` its canonical JSON: the payload is parsed only
-/// for the types whose change depends on it (a step event's `stepPath`, an outer-loop cycle's
-/// `supervise.kind`). What the upgrades and `little verify` work a stream's status out with.
+/// for the types whose change depends on it (a vocabulary says which). What the upgrades and
+/// `little verify` work a stream's status out with.
 pub fn stored_status_change(stream_id: &str, event_type: &str, envelope: &str) -> StatusChange {
-    let reads_payload = event_type == "OuterLoopCycleCompleted" || STEP_TYPES.contains(&event_type);
+    let reads_payload = vocabulary::registered()
+        .iter()
+        .any(|v| v.status_reads_payload(event_type));
     let payload = match crate::core::canonical::parse_around(envelope, 1) {
         _ if !reads_payload => Map::new(),
         Ok(Value::Object(mut e)) => match e.remove("payload") {
@@ -171,12 +110,6 @@ pub fn stored_status_change(stream_id: &str, event_type: &str, envelope: &str) -
         _ => Map::new(),
     };
     status_change(stream_id, event_type, &payload)
-}
-
-/// Whether `event_type` is a run event this build knows (whose stream then follows the run-event
-/// fold).
-pub fn is_run_event(event_type: &str) -> bool {
-    event_type.contains(':') && crate::core::run_events::is_known_type(event_type)
 }
 
 /// One inserted row's part in its stream's catalog row.

@@ -7,11 +7,12 @@
 //! `EventValidationError` whose path names it (`payload.response.usage.inputTokens`). A type it
 //! does not know is stored as a generic fact.
 
+use crate::core::catalog::StatusChange;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids::is_artifact_ref;
 use crate::core::json_path::dotted;
 use crate::core::numbers::is_count;
-use crate::core::vocabulary::{Effects, Spillable, Stream};
+use crate::core::vocabulary::{Effects, Spillable, Stream, Usage};
 use serde_json::{Map, Value};
 
 /// What a field must hold.
@@ -427,7 +428,7 @@ pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
 }
 
 /// The token counts a `harness.model.responded` payload adds to its run's totals, as the
-/// materializer sums them: `[inputTokens, outputTokens, cachedInputTokens, reasoningTokens]` of
+/// materializer sums them: the store's four totals ([`crate::core::vocabulary::USAGE_FIELDS`]) of
 /// `response.usage`, the last two 0 when absent. `None` when the first two are not counts.
 pub fn token_counts(payload: &Map<String, Value>) -> Option<[u64; 4]> {
     let usage = payload.get("response")?.get("usage")?;
@@ -440,9 +441,6 @@ pub fn token_counts(payload: &Map<String, Value>) -> Option<[u64; 4]> {
         optional("reasoningTokens")?,
     ])
 }
-
-/// The names of the counts [`token_counts`] gives, in its order.
-pub const TOKEN_FIELDS: [&str; 4] = ["inputTokens", "outputTokens", "cachedInputTokens", "reasoningTokens"];
 
 fn subset(at: &str, usage: &Value, part: &str, whole: &str) -> Result<()> {
     if let (Some(p), Some(w)) = (usage.get(part).and_then(Value::as_f64), usage[whole].as_f64()) {
@@ -519,9 +517,20 @@ impl crate::core::vocabulary::Vocabulary for LogTypes {
         validate(t, fields)
     }
 
+    /// A harness fact is appended by a runtime that retries: it must say which request it is.
+    fn requires_key(&self, t: &str) -> bool {
+        t.starts_with("harness.")
+    }
+
     fn effects(&self, _stream: Stream, t: &str, fields: &Map<String, Value>) -> Effects {
         Effects {
-            usage: (t == "harness.model.responded").then(|| token_counts(fields)).flatten(),
+            usage: (t == "harness.model.responded")
+                .then(|| token_counts(fields))
+                .flatten()
+                .map(|tokens| Usage {
+                    tokens,
+                    at: "payload.response.usage",
+                }),
             ..Effects::default()
         }
     }
@@ -541,7 +550,65 @@ impl crate::core::vocabulary::Vocabulary for LogTypes {
             step_path,
         })
     }
+
+    fn effect_types(&self) -> &'static [&'static str] {
+        &["harness.model.responded"]
+    }
+
+    /// Each model call's token counts, as the materializer reads them (a row an earlier version
+    /// stored without validation counts when its first two counts are there).
+    fn stored_effects(&self, _stream_id: &str, t: &str, fields: &Map<String, Value>) -> Effects {
+        self.effects(Stream::Run, t, fields)
+    }
+
+    /// `RunStarted` is `running`, `RunCompleted` and a done `OuterLoopCycleCompleted` are
+    /// `completed`, `RunFailed` is `failed`, and a step event naming its `stepPath` moves a
+    /// pending run to `running`, as the materializer folds them.
+    fn status_change(&self, _stream_id: &str, t: &str, payload: &Map<String, Value>) -> Option<StatusChange> {
+        use StatusChange::{Keep, Set, Touch};
+        Some(match t {
+            "RunStarted" => Set("running"),
+            "RunCompleted" => Set("completed"),
+            "RunFailed" => Set("failed"),
+            "OuterLoopCycleCompleted" => {
+                let kind = payload
+                    .get("supervise")
+                    .and_then(|s| s.get("kind"))
+                    .and_then(Value::as_str);
+                if kind == Some("done") {
+                    Set("completed")
+                } else {
+                    Touch
+                }
+            }
+            t if STEP_TYPES.contains(&t) => {
+                if payload.get("stepPath").is_some_and(Value::is_string) {
+                    Touch
+                } else {
+                    Keep
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    fn status_reads_payload(&self, t: &str) -> bool {
+        t == "OuterLoopCycleCompleted" || STEP_TYPES.contains(&t)
+    }
 }
+
+/// The step events, which move a pending run to running when they name a `stepPath`.
+const STEP_TYPES: &[&str] = &[
+    "StepStarted",
+    "StepCompleted",
+    "StepFailed",
+    "ParallelGroupStarted",
+    "ParallelGroupCompleted",
+    "ParallelGroupFailed",
+    "ParallelBranchScheduled",
+    "ParallelBranchCompleted",
+    "ParallelBranchFailed",
+];
 
 #[cfg(test)]
 mod tests {

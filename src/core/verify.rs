@@ -13,8 +13,8 @@ use crate::core::canonical;
 use crate::core::catalog;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::shape;
-use crate::core::materialize::{pricing::Pricing, snapshot, Fold};
 use crate::core::store::{LogReader, RowRef};
+use crate::core::vocabulary::{self, Materializer};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -55,7 +55,7 @@ pub struct Report {
 pub fn verify(
     reader: &dyn LogReader,
     artifacts: &ArtifactStore,
-    pricing: &Pricing,
+    materializer: &dyn Materializer,
     run: Option<&str>,
     thorough: bool,
 ) -> Result<Report> {
@@ -96,7 +96,7 @@ pub fn verify(
     };
     let mut events = 0;
     let mut referenced = BTreeSet::new();
-    let key = snapshot::key(pricing);
+    let key = materializer.snapshot_key();
     for stream in &streams {
         let mut expected = 1u64;
         // The stream's snapshot, checked against the fold of its rows as they are read.
@@ -105,7 +105,7 @@ pub fn verify(
             .map(|s| s.snapshot(stream, &key))
             .transpose()?
             .flatten();
-        let mut fold = kept.as_ref().map(|_| Fold::new(stream, pricing));
+        let mut fold = kept.as_ref().map(|_| materializer.fold(stream));
         let mut catalog = Catalogued::new(stream);
         let read = reader.rows(stream, 0, None, &mut |row| {
             catalog.push(row);
@@ -343,8 +343,10 @@ fn check_row(row: RowRef<'_>, problems: &mut Vec<Problem>, referenced: &mut BTre
     if let Some(payload) = value.get("payload") {
         collect_refs(payload, referenced);
         if let Some(map) = payload.as_object() {
-            let stream = crate::core::run_events::stored::stream_of(row.run_id);
-            if let Err(e) = crate::core::run_events::parse_stored(stream, row.event_type, map) {
+            let checked = vocabulary::registered()
+                .iter()
+                .try_for_each(|v| v.check_stored(row.run_id, row.event_type, map));
+            if let Err(e) = checked {
                 report("run-event-body", e.to_string());
             }
         }

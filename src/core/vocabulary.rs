@@ -1,13 +1,17 @@
-//! What the append rules ask of a vocabulary of event types.
+//! What the kernel asks of a vocabulary of event types, and the registry it loops over.
 //!
-//! A world stores two vocabularies in one log: the event log's own types (`RunStarted`,
-//! `harness.model.responded`, ...; see [`crate::core::log_types`]) and the run events of a
-//! sister engine, on runs and on sessions (`node:completed`, `session:turn_started`, ...; see
-//! [`crate::core::run_events`]). Each is a module that implements [`Vocabulary`]; the append
-//! rules ([`crate::core::events`]) call them through it, and neither imports anything back.
+//! The kernel knows no event type by name. A vocabulary (the event log's own types, the run
+//! events of a sister engine, the Workflow SDK's run statuses, the credential screen) implements
+//! [`Vocabulary`] and is registered once per process with [`register`]; the append rules
+//! ([`crate::core::events`]), the runs catalog ([`crate::core::catalog`]), the upgrades of stored
+//! worlds and `verify` ask the registered vocabularies in turn, and none of them is named here.
+//! A process that registers none stores every event as a generic fact.
 
+use crate::core::catalog::StatusChange;
 use crate::core::error::Result;
+use crate::core::store::LogReader;
 use serde_json::{Map, Value};
+use std::sync::OnceLock;
 
 /// Which stream an event type may be appended to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,9 +45,20 @@ pub struct Effects {
     /// It commits or releases a budget estimate: a release may give back only what is open, and
     /// a commitment may not take the stream's open total past 2^53 - 1.
     pub estimate: Option<Estimate>,
-    /// Its token counts (`[input, output, cached input, reasoning]`), added to its run's: no total
-    /// may pass 2^53 - 1.
-    pub usage: Option<[u64; 4]>,
+    /// Its token counts, added to its run's: no total may pass 2^53 - 1.
+    pub usage: Option<Usage>,
+}
+
+/// The names of a run's four token totals, as the stores keep them.
+pub const USAGE_FIELDS: [&str; 4] = ["inputTokens", "outputTokens", "cachedInputTokens", "reasoningTokens"];
+
+/// Token counts an event adds to its run's totals, in the order of [`USAGE_FIELDS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub tokens: [u64; 4],
+    /// Where the counts are in the event (`payload.response.usage`), for the error that refuses
+    /// a total past 2^53 - 1.
+    pub at: &'static str,
 }
 
 /// A field of an event type that is stored as a `json` artifact when it is large, with a
@@ -58,16 +73,151 @@ pub struct Spillable {
     pub step_path: String,
 }
 
-/// A vocabulary of event types.
-pub trait Vocabulary: Sync {
-    /// Whether `t` is one of its types, on some stream.
+/// A vocabulary of event types. Only [`Vocabulary::knows`] and [`Vocabulary::check`] are
+/// required; every other rule defaults to having no say.
+pub trait Vocabulary: Send + Sync {
+    /// Whether `t` is one of its types, on some stream: an append of it is held to
+    /// [`Vocabulary::check`] and takes its [`Vocabulary::effects`]. The first registered
+    /// vocabulary that knows a type owns it.
     fn knows(&self, t: &str) -> bool;
     /// Check the fields of an event of type `t` (one it knows) appended to `stream`. Errors name
-    /// the fields from the vocabulary's own root (`payload.` for the event log's types, `event.`
-    /// for run events).
+    /// the fields from [`Vocabulary::root`].
     fn check(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()>;
+    /// Where the paths of its errors start: `payload` for a type appended with its payload,
+    /// `event` for one whose checks also serve drafts (an append reports them under `payload`).
+    fn root(&self) -> &'static str {
+        "payload"
+    }
+    /// Whether it takes drafts: events given as one object whose `type` field names the type
+    /// (`appendRunEvent`, `appendSessionEvent`). The first registered one that does takes them.
+    fn takes_drafts(&self) -> bool {
+        false
+    }
+    /// Whether an append of one of its types must not carry a credential in its stream id or its
+    /// idempotency key (each registered vocabulary's [`Vocabulary::screen`] is asked).
+    fn screens_ids(&self) -> bool {
+        false
+    }
+    /// Whether an append of `t`, a type it may or may not know, must carry an idempotency key.
+    fn requires_key(&self, _t: &str) -> bool {
+        false
+    }
     /// What an accepted event of type `t` asks the writer to keep (see [`Effects`]).
-    fn effects(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> Effects;
+    fn effects(&self, _stream: Stream, _t: &str, _fields: &Map<String, Value>) -> Effects {
+        Effects::default()
+    }
     /// The field of `t` stored as an artifact when large, if it has one.
-    fn spillable(&self, t: &str, fields: &Map<String, Value>) -> Option<Spillable>;
+    fn spillable(&self, _t: &str, _fields: &Map<String, Value>) -> Option<Spillable> {
+        None
+    }
+    /// Check a stored row's payload as the reads hold it (`verify` reports a refusal); a type it
+    /// does not know passes.
+    fn check_stored(&self, _stream_id: &str, _t: &str, _fields: &Map<String, Value>) -> Result<()> {
+        Ok(())
+    }
+    /// The types whose stored rows the upgrade of a world rebuilds effects from (see
+    /// [`Vocabulary::stored_effects`]).
+    fn effect_types(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// The effects of a stored row of one of [`Vocabulary::effect_types`], as the reads see it:
+    /// what an upgrade fills the writer's tables with.
+    fn stored_effects(&self, _stream_id: &str, _t: &str, _fields: &Map<String, Value>) -> Effects {
+        Effects::default()
+    }
+    /// How an event of `t` changes the status of `stream_id` in the runs catalog, if this
+    /// vocabulary decides it. The event alone decides, never the stream's earlier events.
+    fn status_change(&self, _stream_id: &str, _t: &str, _payload: &Map<String, Value>) -> Option<StatusChange> {
+        None
+    }
+    /// Whether [`Vocabulary::status_change`] of a stored `t` reads its payload (the others are
+    /// given an empty one, so that a listing does not parse every row).
+    fn status_reads_payload(&self, _t: &str) -> bool {
+        false
+    }
+    /// The status of `stream_id` before its first event, if this vocabulary decides it.
+    fn initial_status(&self, _stream_id: &str) -> Option<&'static str> {
+        None
+    }
+    /// Refuse `text` (a stream id or an idempotency key, reported as `field`) if it holds what
+    /// this vocabulary screens out.
+    fn screen(&self, _text: &str, _field: &str) -> Result<()> {
+        Ok(())
+    }
+    /// Whether `text` must not be shown in an error (it looks like a credential).
+    fn hides(&self, _text: &str) -> bool {
+        false
+    }
+}
+
+static REGISTERED: OnceLock<Vec<&'static dyn Vocabulary>> = OnceLock::new();
+
+/// Register the process's vocabularies, in the order they are asked. The first registration
+/// stands; a later one changes nothing and returns `false`.
+pub fn register(vocabularies: Vec<&'static dyn Vocabulary>) -> bool {
+    REGISTERED.set(vocabularies).is_ok()
+}
+
+/// The registered vocabularies, in order (none before [`register`]).
+pub fn registered() -> &'static [&'static dyn Vocabulary] {
+    #[cfg(test)]
+    {
+        REGISTERED.get_or_init(crate::core::vocabularies::all)
+    }
+    #[cfg(not(test))]
+    {
+        REGISTERED.get().map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The vocabulary that owns `t`: the first that knows it.
+pub fn owner(t: &str) -> Option<&'static dyn Vocabulary> {
+    registered().iter().copied().find(|v| v.knows(t))
+}
+
+/// The vocabulary that takes drafts.
+pub fn drafts() -> Option<&'static dyn Vocabulary> {
+    registered().iter().copied().find(|v| v.takes_drafts())
+}
+
+/// Whether an append of `t` must carry an idempotency key.
+pub fn requires_key(t: &str) -> bool {
+    registered().iter().any(|v| v.requires_key(t))
+}
+
+/// Screen `text` with every vocabulary.
+pub fn screen(text: &str, field: &str) -> Result<()> {
+    registered().iter().try_for_each(|v| v.screen(text, field))
+}
+
+/// Whether any vocabulary hides `text`.
+pub fn hides(text: &str) -> bool {
+    registered().iter().any(|v| v.hides(text))
+}
+
+/// A fold of a world's runs, given to the world when it opens (the priced materializer, with the
+/// world's prices): the world takes its snapshots in the background, lists runs with its status
+/// and cost, and `verify` checks kept snapshots against it.
+pub trait Materializer: Send + Sync {
+    /// A snapshot is taken of each run whose sequence reaches a multiple of this.
+    fn snapshot_every(&self) -> u64;
+    /// Take `run_id`'s snapshot and keep it, if the world keeps snapshots.
+    fn take_snapshot(&self, reader: &dyn LogReader, run_id: &str) -> Result<()>;
+    /// The key this fold's snapshots are kept under (a change of its prices or its version
+    /// changes it).
+    fn snapshot_key(&self) -> String;
+    /// `run_id`'s state: the fold of its stored rows, as canonical JSON.
+    fn state(&self, reader: &dyn LogReader, run_id: &str) -> Result<String>;
+    /// A fold of `stream_id`'s rows, given one at a time.
+    fn fold<'a>(&'a self, stream_id: &str) -> Box<dyn StreamFold + 'a>;
+    /// `stream_id`'s status and its cost in dollars (`null` when unknown), for a listing of runs.
+    fn summary(&self, reader: &dyn LogReader, stream_id: &str) -> Result<(Value, Value)>;
+}
+
+/// A fold in progress (see [`Materializer::fold`]).
+pub trait StreamFold {
+    /// Fold the next row, given as its envelope's canonical JSON.
+    fn push(&mut self, envelope: &str) -> Result<()>;
+    /// The fold's state as a snapshot holds it.
+    fn snapshot_text(&self) -> String;
 }

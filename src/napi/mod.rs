@@ -12,6 +12,13 @@ mod world;
 use crate::core::error::WorldError;
 use napi::{sys, Env, Status};
 
+/// Register the package's vocabularies with the kernel when the addon loads, before any world
+/// opens.
+#[napi_derive::module_init]
+fn init() {
+    crate::core::vocabularies::register();
+}
+
 /// Throw `e` as a JavaScript error carrying its `code` and `details`.
 pub(crate) fn throw(env: &Env, e: &WorldError) -> napi::Error {
     // SAFETY: `env` is the current call's, on the JavaScript thread.

@@ -5,8 +5,8 @@ use super::{guarded, throw, RawValue};
 use crate::core::artifacts::{Data, Encoding, NewArtifact};
 use crate::core::error::WorldError;
 use crate::core::events::{self, AppendRequest};
-use crate::core::materialize::pricing::Pricing;
-use crate::core::run_events::Stream;
+use crate::core::materialize::{pricing::Pricing, Priced};
+use crate::core::run_events::{self, Stream};
 use crate::core::runtime::Ticket;
 use crate::core::store::Durability;
 use crate::core::world::World;
@@ -99,6 +99,11 @@ fn count_arg(name: &str, v: Option<f64>) -> Result<Option<u64>, WorldError> {
     }
 }
 
+/// The priced materializer with the bundled prices and `pricing_json` merged over them.
+fn priced(pricing_json: Option<&str>) -> Result<Arc<Priced>, WorldError> {
+    Ok(Arc::new(Priced(Pricing::with_override(pricing_json)?)))
+}
+
 #[napi]
 impl NativeWorld {
     /// Open (creating if needed) the local world at `dataDir`; with `readOnly`, open the existing
@@ -114,7 +119,7 @@ impl NativeWorld {
     ) -> napi::Result<Self> {
         let completer = Arc::new(JsCompleter::new(env.raw())?);
         let opened = guarded(|| durability(&durability_name)).and_then(|d| {
-            let pricing = Pricing::with_override(pricing_json.as_deref())?;
+            let pricing = priced(pricing_json.as_deref())?;
             let dir = Path::new(&data_dir);
             guarded(|| {
                 let bucket = s3.map(S3Options::into_core);
@@ -134,7 +139,7 @@ impl NativeWorld {
     /// Open a fresh in-memory world.
     #[napi(factory)]
     pub fn open_virtual(env: Env, pricing_json: Option<String>) -> napi::Result<Self> {
-        let pricing = Pricing::with_override(pricing_json.as_deref()).map_err(|e| throw(&env, &e))?;
+        let pricing = priced(pricing_json.as_deref()).map_err(|e| throw(&env, &e))?;
         let completer = Arc::new(JsCompleter::new(env.raw())?);
         let world = guarded(|| World::open_virtual(pricing, completer.clone())).map_err(|e| throw(&env, &e))?;
         Ok(NativeWorld { world, completer })
@@ -163,7 +168,7 @@ impl NativeWorld {
                 return Err(WorldError::validation("lockLeaseMs", "must be at least 1"));
             }
             let max_connections = count_arg("maxConnections", max_connections)?.unwrap_or(8);
-            let pricing = Pricing::with_override(pricing_json.as_deref())?;
+            let pricing = priced(pricing_json.as_deref())?;
             let options = crate::core::pg::Options {
                 connection_string,
                 schema: schema.unwrap_or_else(|| crate::core::pg::DEFAULT_SCHEMA.to_string()),
@@ -376,7 +381,10 @@ impl NativeWorld {
     /// A stream's events as run (or session) events, JSON array text. `strict` is the replay read.
     #[napi(ts_return_type = "Promise<string>")]
     pub fn run_events(&self, env: Env, stream_id: String, strict: bool) -> napi::Result<RawValue> {
-        self.submit(&env, |t| self.world.run_events(t, stream_id, strict))
+        self.submit(&env, |t| {
+            self.world
+                .read_stream(t, stream_id, move |r, id| run_events::stored::read_log(r, id, strict))
+        })
     }
 
     /// Fold a run's stored events into its state, inside Rust; resolves with its canonical JSON.

@@ -328,7 +328,7 @@ fn verify_reports_an_unreadable_artifact_and_goes_on() {
     let report = crate::core::verify::verify(
         &reader,
         &store,
-        &crate::core::materialize::pricing::Pricing::default(),
+        &crate::core::materialize::Priced(crate::core::materialize::pricing::Pricing::default()),
         None,
         false,
     )

@@ -11,9 +11,8 @@ use crate::core::canonical;
 use crate::core::catalog::CatalogNote;
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
-use crate::core::log_types;
-use crate::core::secrets;
 use crate::core::store::{LogTx, LogWriter, RowRef, Scope};
+use crate::core::vocabulary::{Usage, USAGE_FIELDS};
 use std::collections::HashMap;
 
 /// Outcome of one append in a batch: the envelope's canonical JSON, or why it was refused.
@@ -266,7 +265,7 @@ fn scope_of<'a>(batch: impl IntoIterator<Item = &'a PreparedAppend>) -> Scope<'a
 
 /// An idempotency key as an error may show it: one that looks like a credential is not shown.
 fn shown_key(key: &str) -> String {
-    if secrets::looks_like_credential(key) {
+    if crate::core::vocabulary::hides(key) {
         "<a key that looks like a credential>".to_string()
     } else {
         key.to_string()
@@ -371,8 +370,8 @@ fn append_one<'b>(
     if let Some(estimate) = &item.estimate {
         check_estimate(tx, run, estimate)?;
     }
-    if let Some(tokens) = &item.usage {
-        check_usage(tx, run, tokens)?;
+    if let Some(usage) = &item.usage {
+        check_usage(tx, run, usage)?;
     }
     let sequence = cursor.last + 1;
     let event_id = ids::event_id_finish(&item.id_prefix, sequence, &item.event_type);
@@ -413,8 +412,8 @@ fn append_one<'b>(
     if let Some(e) = &item.estimate {
         tx.add_estimate(run, &e.model, e.amount, e.released)?;
     }
-    if let Some(tokens) = item.usage {
-        tx.add_usage(run, tokens)?;
+    if let Some(usage) = item.usage {
+        tx.add_usage(run, usage.tokens)?;
     }
     next.insert(
         run,
@@ -426,16 +425,16 @@ fn append_one<'b>(
     Ok((envelope, true))
 }
 
-/// Check that a call's `tokens` keep each of `run`'s token totals within 2^53 - 1.
-fn check_usage(tx: &mut dyn LogTx, run: &str, tokens: &[u64; 4]) -> Result<()> {
+/// Check that an event's token counts keep each of `run`'s token totals within 2^53 - 1.
+fn check_usage(tx: &mut dyn LogTx, run: &str, usage: &Usage) -> Result<()> {
     let totals = tx.usage(run)?;
-    for ((total, add), field) in totals.iter().zip(tokens).zip(log_types::TOKEN_FIELDS) {
+    for ((total, add), field) in totals.iter().zip(&usage.tokens).zip(USAGE_FIELDS) {
         if total
             .checked_add(*add)
             .is_none_or(|t| t > crate::core::numbers::MAX_SAFE_INTEGER as u64)
         {
             return Err(WorldError::validation(
-                format!("payload.response.usage.{field}"),
+                format!("{}.{field}", usage.at),
                 format!(
                     "would take {run}'s {field} past 2^53 - 1 ({total} so far), which its usage could no longer be summed exactly to"
                 ),

@@ -20,11 +20,8 @@ use crate::core::catalog::{self, StatusChange};
 use crate::core::error::{Result, WorldError};
 use crate::core::ids;
 use crate::core::json_path::{JsonPath, Seg};
-use crate::core::log_types::LogTypes;
-use crate::core::run_events::RunEvents;
-use crate::core::secrets;
 use crate::core::store::LogReader;
-use crate::core::vocabulary::{Effects, Stream, Vocabulary};
+use crate::core::vocabulary::{self, Effects, Spillable, Stream, Usage};
 use serde_json::{Map, Value};
 
 /// The index through which a stream names the run that owns it: an entry whose key is the
@@ -149,10 +146,10 @@ pub struct PreparedAppend {
     /// A budget estimate the append commits or releases, checked by the writer against what the
     /// stream has committed and released so far.
     pub estimate: Option<Estimate>,
-    /// The token counts a `harness.model.responded` adds to its run's totals (see
-    /// [`crate::core::log_types::token_counts`]), checked by the writer: a total past 2^53 - 1 is one the
-    /// materializer cannot sum exactly, so accepting the call would leave the run unfoldable.
-    pub usage: Option<[u64; 4]>,
+    /// The token counts the event adds to its run's totals (a vocabulary's
+    /// [`crate::core::vocabulary::Effects::usage`]), checked by the writer: a total past 2^53 - 1
+    /// is one the materializer cannot sum exactly, so accepting it would leave the run unfoldable.
+    pub usage: Option<Usage>,
     /// A large value the payload refers to instead of carrying it, stored by the writer only once
     /// the append has passed every check against the stored rows, so that a refused append
     /// (an idempotency conflict, a run already ended) leaves no artifact behind.
@@ -268,17 +265,23 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     req.check_stream_id()?;
     let run = req.run_id.clone();
     let run = run.as_str();
-    // A run event stores no credential anywhere: not in its stream's id (refused before any error
-    // could name the stream) and not in its idempotency key.
-    if req.draft.is_some() || (req.event_type.contains(':') && RunEvents.knows(&req.event_type)) {
+    // The vocabulary that holds this append: the one that takes drafts for a draft, else the
+    // one that knows its type (an unknown type is a generic fact, a newer writer's).
+    let vocabulary = match req.draft {
+        Some(_) => vocabulary::drafts(),
+        None => vocabulary::owner(&req.event_type),
+    };
+    // Its stream's id and its idempotency key may have to pass the screens, before any error
+    // could name the stream.
+    if vocabulary.is_some_and(|v| v.screens_ids()) {
         let id_field = if req.draft == Some(Stream::Session) {
             "sessionId"
         } else {
             "runId"
         };
-        secrets::screen_str(&req.run_id, id_field)?;
+        vocabulary::screen(&req.run_id, id_field)?;
         if let Some(key) = &req.key {
-            secrets::screen_str(key, "appendIdempotencyKey").map_err(|e| e.for_run(run))?;
+            vocabulary::screen(key, "appendIdempotencyKey").map_err(|e| e.for_run(run))?;
         }
     }
     // What the envelope will take, at least (canonical JSON is rarely longer than its input).
@@ -298,27 +301,39 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     // Only the first counts, as when it was returned at once: no check after it runs.
     let mut refused = None;
     let keyed = req.key.is_some();
-    if let Some(stream) = req.draft {
-        // A run-event draft: strictly validated as its stream's vocabulary; its own `type` field
-        // becomes the envelope's type and the rest the payload.
-        let Some(Value::String(t)) = payload.get("type") else {
-            return Err(WorldError::validation("event.type", "must be a string naming the event type").for_run(run));
-        };
-        let t = t.clone();
-        RunEvents.check(stream, &t, &payload).map_err(|e| e.for_run(run))?;
-        payload.remove("type");
-        req.event_type = t;
-        effects = RunEvents.effects(stream, &req.event_type, &payload);
-        estimate_root = "event";
-    } else if req.event_type.contains(':') && RunEvents.knows(&req.event_type) {
-        // A colon-namespaced type this build knows is held to the run-event vocabulary exactly as
-        // appendRunEvent holds it; an unknown one is a generic fact (a newer writer's).
-        let p = JsonPath::new("payload").render();
-        let checked = RunEvents
-            .check(Stream::Run, &req.event_type, &payload)
-            .map_err(|e| rebase(e, "event", &p));
-        refused = deferred(keyed, checked).map_err(|e| e.for_run(run))?;
-        effects = RunEvents.effects(Stream::Run, &req.event_type, &payload);
+    match (req.draft, vocabulary) {
+        (Some(stream), Some(v)) => {
+            // A draft: strictly validated as its stream's vocabulary; its own `type` field
+            // becomes the envelope's type and the rest the payload.
+            let Some(Value::String(t)) = payload.get("type") else {
+                return Err(WorldError::validation(
+                    format!("{}.type", v.root()),
+                    "must be a string naming the event type",
+                )
+                .for_run(run));
+            };
+            let t = t.clone();
+            v.check(stream, &t, &payload).map_err(|e| e.for_run(run))?;
+            payload.remove("type");
+            req.event_type = t;
+            effects = v.effects(stream, &req.event_type, &payload);
+            estimate_root = v.root();
+        }
+        (Some(_), None) => {
+            return Err(
+                WorldError::validation("event", "this build registers no vocabulary that takes drafts").for_run(run),
+            )
+        }
+        (None, Some(v)) => {
+            // A known type is held to its vocabulary, its errors named from `payload`.
+            let p = JsonPath::new("payload").render();
+            let checked = v
+                .check(Stream::Run, &req.event_type, &payload)
+                .map_err(|e| rebase(e, v.root(), &p));
+            refused = deferred(keyed, checked).map_err(|e| e.for_run(run))?;
+            effects = v.effects(Stream::Run, &req.event_type, &payload);
+        }
+        (None, None) => {}
     }
     check_type(&req.event_type).map_err(|e| e.for_run(run))?;
     check_index(&req.index).map_err(|e| e.for_run(run))?;
@@ -330,7 +345,7 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
             )
             .for_run(run));
         }
-    } else if req.event_type.starts_with("harness.") {
+    } else if vocabulary::requires_key(&req.event_type) {
         return Err(WorldError::validation(
             "appendIdempotencyKey",
             format!("{} appends require an appendIdempotencyKey", req.event_type),
@@ -338,14 +353,19 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         .for_run(run));
     }
     if refused.is_none() {
-        refused = deferred(keyed, check_payload(&req.event_type, &payload, artifacts)).map_err(|e| e.for_run(run))?;
+        refused = deferred(keyed, check_payload(&payload, artifacts)).map_err(|e| e.for_run(run))?;
     }
     let refused = refused.map(|e| e.for_run(run));
     // Large values are moved out of a refused payload too, so that its digest is the one stored
     // for the same request before; nothing is stored for it.
-    let spill = offload_large_values(&req.event_type, &mut payload, run, artifacts);
-    let usage = LogTypes.effects(Stream::Run, &req.event_type, &payload).usage;
-    let Effects { terminal, estimate, .. } = effects;
+    let spill = vocabulary
+        .and_then(|v| v.spillable(&req.event_type, &payload))
+        .and_then(|s| offload_large_values(s, &mut payload, run, artifacts));
+    let Effects {
+        terminal,
+        estimate,
+        usage,
+    } = effects;
     let estimate = estimate.map(|e| estimate_at(e, estimate_root));
     let (terminal, estimate, spill, usage) = match refused {
         Some(_) => (None, None, None, None),
@@ -502,11 +522,8 @@ pub fn put_strings_back(payload: &mut Map<String, Value>, strings: Vec<String>) 
         })
 }
 
-/// The payload rules every type shares, plus the known type's shape.
-pub fn check_payload(event_type: &str, payload: &Map<String, Value>, artifacts: &dyn Artifacts) -> Result<()> {
-    if LogTypes.knows(event_type) {
-        LogTypes.check(Stream::Run, event_type, payload)?;
-    }
+/// The payload rules every type shares.
+pub fn check_payload(payload: &Map<String, Value>, artifacts: &dyn Artifacts) -> Result<()> {
     let mut path = JsonPath::new("payload");
     scan_object(payload, &mut path, artifacts)
 }
@@ -560,12 +577,11 @@ fn scan_object<'v>(map: &'v Map<String, Value>, path: &mut JsonPath<'v>, artifac
 /// Put a reference to a `json` artifact in the place of a large output, args or result; the
 /// artifact itself is stored by the writer (see [`PreparedAppend::spill`]).
 fn offload_large_values(
-    event_type: &str,
+    spillable: Spillable,
     payload: &mut Map<String, Value>,
     run_id: &str,
     artifacts: &dyn Artifacts,
 ) -> Option<Spill> {
-    let spillable = LogTypes.spillable(event_type, payload)?;
     let (field, ref_field, step_path) = (spillable.field, spillable.reference, spillable.step_path);
     // A payload with both the value and its reference is refused (and only a refused one has
     // both): moving the value would overwrite the reference it gave, and could make its digest

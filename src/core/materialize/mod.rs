@@ -16,8 +16,11 @@
 //! - `harness.session.started` is recorded per role; a later session of the same role with
 //!   another `manifestHash`, or a hash that is not sha256 of the canonical manifest, is drift.
 
+mod priced;
 pub mod pricing;
 pub mod snapshot;
+
+pub use priced::Priced;
 
 use crate::core::canonical;
 use crate::core::error::{Result, WorldError};

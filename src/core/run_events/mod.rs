@@ -33,7 +33,9 @@ pub use crate::core::secrets::{check_secrets, looks_like_credential, screen_str}
 pub use costs::{restore_costs, CostRestore};
 pub use fold::fold;
 
+use crate::core::catalog::StatusChange;
 use crate::core::error::{Result, WorldError};
+use crate::core::vocabulary::{Effects, Estimate};
 use schema::check_fields;
 use serde_json::{Map, Value};
 use shapes::{shape, Carried};
@@ -224,34 +226,92 @@ pub fn parse_stored(stream: Stream, t: &str, draft: &Map<String, Value>) -> Resu
     Ok(Some(()))
 }
 
-/// The run-event vocabulary, as the append rules call it.
+/// The run-event vocabulary, as the kernel asks it: a colon-namespaced type it knows is held to
+/// it exactly as a draft is, a stream's end and its nodes' ends are kept beside the log, and the
+/// runs catalog follows the run-event fold (a session is `open` until `session:cancelled`).
 pub struct RunEvents;
+
+/// The budget types, whose estimates are kept beside the log (see [`estimate_of`]).
+const ESTIMATE_TYPES: &[&str] = &["budget:estimate_committed", "budget:estimate_released"];
 
 impl crate::core::vocabulary::Vocabulary for RunEvents {
     fn knows(&self, t: &str) -> bool {
-        is_known_type(t)
+        t.contains(':') && is_known_type(t)
     }
 
     fn check(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()> {
         validate_event(stream, t, fields)
     }
 
-    fn effects(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> crate::core::vocabulary::Effects {
-        crate::core::vocabulary::Effects {
+    fn root(&self) -> &'static str {
+        "event"
+    }
+
+    fn takes_drafts(&self) -> bool {
+        true
+    }
+
+    fn screens_ids(&self) -> bool {
+        true
+    }
+
+    fn effects(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> Effects {
+        Effects {
             terminal: terminal(stream, t, fields),
-            estimate: estimate_of(t, fields).map(|(model, field, amount, released)| {
-                crate::core::vocabulary::Estimate {
-                    model: model.to_string(),
-                    field,
-                    amount,
-                    released,
-                }
+            estimate: estimate_of(t, fields).map(|(model, field, amount, released)| Estimate {
+                model: model.to_string(),
+                field,
+                amount,
+                released,
             }),
             usage: None,
         }
     }
 
-    fn spillable(&self, _t: &str, _fields: &Map<String, Value>) -> Option<crate::core::vocabulary::Spillable> {
-        None
+    fn check_stored(&self, stream_id: &str, t: &str, fields: &Map<String, Value>) -> Result<()> {
+        parse_stored(stored::stream_of(stream_id), t, fields).map(|_| ())
+    }
+
+    fn effect_types(&self) -> &'static [&'static str] {
+        static TYPES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        TYPES.get_or_init(|| TERMINAL_TYPES.iter().chain(ESTIMATE_TYPES).copied().collect())
+    }
+
+    /// A stream's end and its nodes' ends where the reads see one: the row passes the reads' own
+    /// check of a stored body ([`parse_stored`], which screens no credential and no envelope
+    /// field, as an append does). A row an earlier version stored as a plain fact that the reads
+    /// refuse (a `run:completed` without its fields, a `node:completed` without a `nodeId`, a
+    /// `session:cancelled` in a run) ends nothing: taken for the run's end, it would refuse every
+    /// later append to a run that reads as running.
+    fn stored_effects(&self, stream_id: &str, t: &str, fields: &Map<String, Value>) -> Effects {
+        let stream = stored::stream_of(stream_id);
+        let valid = matches!(parse_stored(stream, t, fields), Ok(Some(())));
+        Effects {
+            terminal: terminal(stream, t, fields).filter(|_| valid),
+            ..self.effects(stream, t, fields)
+        }
+    }
+
+    fn status_change(&self, stream_id: &str, t: &str, _payload: &Map<String, Value>) -> Option<StatusChange> {
+        use StatusChange::{Keep, Set};
+        if stored::stream_of(stream_id) == Stream::Session {
+            return Some(if t == "session:cancelled" {
+                Set("cancelled")
+            } else {
+                Keep
+            });
+        }
+        self.knows(t).then_some(match t {
+            "run:completed" => Set("completed"),
+            "run:failed" => Set("failed"),
+            "run:cancelled" => Set("cancelled"),
+            "human_gate:paused" | "budget:paused" | "run:paused" => Set("paused"),
+            "run:timeout" => Keep,
+            _ => Set("running"),
+        })
+    }
+
+    fn initial_status(&self, stream_id: &str) -> Option<&'static str> {
+        (stored::stream_of(stream_id) == Stream::Session).then_some("open")
     }
 }

@@ -7,10 +7,10 @@ use crate::core::artifacts::local::LocalArtifacts;
 use crate::core::artifacts::objects::{self, LocalObjectManifests};
 use crate::core::error::{Result, WorldError};
 use crate::core::locks::{local::LocalLocks, Locks};
-use crate::core::materialize::pricing::Pricing;
 use crate::core::outer_loop::{local::LocalManifests, OuterLoops};
 use crate::core::runtime::Completer;
 use crate::core::store::sqlite::{self, Durability};
+use crate::core::vocabulary::Materializer;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,10 +19,10 @@ impl World {
     pub fn open_local(
         data_dir: &Path,
         durability: Durability,
-        pricing: Pricing,
+        materializer: Arc<dyn Materializer>,
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
-        World::open_local_with(data_dir, durability, None, pricing, completer)
+        World::open_local_with(data_dir, durability, None, materializer, completer)
     }
 
     /// As [`World::open_local`], with the artifacts' bytes in the bucket `bucket` names, if any.
@@ -30,7 +30,7 @@ impl World {
         data_dir: &Path,
         durability: Durability,
         bucket: Option<BucketOptions>,
-        pricing: Pricing,
+        materializer: Arc<dyn Materializer>,
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
         let bucket = bucket.map(Bucket::open).transpose()?;
@@ -56,21 +56,25 @@ impl World {
             outer_loops: OuterLoops::new(LocalManifests::open(&data_dir)?),
             data_dir: Some(data_dir),
         };
-        World::open(parts, pricing, completer)
+        World::open(parts, materializer, completer)
     }
 
     /// Open the existing local world at `data_dir` for reading only: nothing in the directory is
     /// created, upgraded, cleaned up or written, and every write fails with `WorldError::Path`.
     /// For looking at a world another process (or an earlier version) owns.
-    pub fn open_local_read_only(data_dir: &Path, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
-        World::open_local_read_only_with(data_dir, None, pricing, completer)
+    pub fn open_local_read_only(
+        data_dir: &Path,
+        materializer: Arc<dyn Materializer>,
+        completer: Arc<dyn Completer>,
+    ) -> Result<World> {
+        World::open_local_read_only_with(data_dir, None, materializer, completer)
     }
 
     /// As [`World::open_local_read_only`], with the artifacts' bytes in the bucket `bucket` names.
     pub fn open_local_read_only_with(
         data_dir: &Path,
         bucket: Option<BucketOptions>,
-        pricing: Pricing,
+        materializer: Arc<dyn Materializer>,
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
         let bucket = bucket.map(Bucket::open).transpose()?;
@@ -100,6 +104,6 @@ impl World {
             outer_loops: OuterLoops::new(LocalManifests::read_only(&data_dir)),
             data_dir: Some(data_dir),
         };
-        World::open(parts, pricing, completer)
+        World::open(parts, materializer, completer)
     }
 }

@@ -4,15 +4,15 @@ use super::{Parts, World};
 use crate::core::artifacts::{memory::MemoryArtifacts, ArtifactStore};
 use crate::core::error::Result;
 use crate::core::locks::{memory::MemoryLocks, Locks};
-use crate::core::materialize::pricing::Pricing;
 use crate::core::outer_loop::{memory::MemoryManifests, OuterLoops};
 use crate::core::runtime::Completer;
 use crate::core::store::memory::MemoryLog;
+use crate::core::vocabulary::Materializer;
 use std::sync::Arc;
 
 impl World {
     /// Open a fresh in-memory world.
-    pub fn open_virtual(pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
+    pub fn open_virtual(materializer: Arc<dyn Materializer>, completer: Arc<dyn Completer>) -> Result<World> {
         let log = MemoryLog::new();
         let parts = Parts {
             kind: "virtual",
@@ -23,6 +23,6 @@ impl World {
             locks: Locks::new(MemoryLocks::new()),
             outer_loops: OuterLoops::new(MemoryManifests::new()),
         };
-        World::open(parts, pricing, completer)
+        World::open(parts, materializer, completer)
     }
 }

@@ -40,10 +40,10 @@ mod threads;
 use crate::core::artifacts::ArtifactStore;
 use crate::core::error::{Result, WorldError};
 use crate::core::locks::Locks;
-use crate::core::materialize::pricing::Pricing;
 use crate::core::outer_loop::OuterLoops;
 use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket};
 use crate::core::store::{LogReader, LogWriter};
+use crate::core::vocabulary::Materializer;
 use append::{AfterClose, PrepMsg, Submit, WriteMsg};
 use crossbeam_channel::unbounded;
 use runs::Statuses;
@@ -93,7 +93,7 @@ struct Inner {
     artifacts: Arc<ArtifactStore>,
     locks: Arc<Locks>,
     outer_loops: Arc<OuterLoops>,
-    pricing: Arc<Pricing>,
+    materializer: Arc<dyn Materializer>,
     completer: Arc<dyn Completer>,
     /// The event store's writer: the writer thread's, lent to a caller's thread for an append
     /// committed there (see [`World::append_awaited`]); `None` once the world has closed.
@@ -146,7 +146,7 @@ impl Drop for Ends {
 impl World {
     /// Open a world on what a backend gives (`parts`), and start its threads. Without a writer
     /// the world is read-only.
-    pub fn open(parts: Parts, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
+    pub fn open(parts: Parts, materializer: Arc<dyn Materializer>, completer: Arc<dyn Completer>) -> Result<World> {
         let Parts {
             kind,
             data_dir,
@@ -156,11 +156,10 @@ impl World {
             locks,
             outer_loops,
         } = parts;
-        let pricing = Arc::new(pricing);
         let running: Arc<Running> = Arc::default();
         let snapshots = (writer.is_some() && reader.fold_snapshots().is_some()).then(|| Snapshots {
             reader: reader.clone(),
-            pricing: pricing.clone(),
+            materializer: materializer.clone(),
             running: running.clone(),
         });
         let read_only = writer.is_none();
@@ -230,7 +229,7 @@ impl World {
                 artifacts,
                 locks: Arc::new(locks),
                 outer_loops: Arc::new(outer_loops),
-                pricing,
+                materializer,
                 completer,
                 writer,
                 statuses: Arc::default(),
@@ -292,9 +291,9 @@ impl World {
         })
     }
 
-    /// The world's pricing registry (the bundled one with the world's own merged over it).
-    pub fn pricing(&self) -> &Pricing {
-        &self.inner.pricing
+    /// The world's materializer (the fold its snapshots and listings are of).
+    pub fn materializer(&self) -> &dyn Materializer {
+        &*self.inner.materializer
     }
 
     /// Run `work` on the pool, completing `ticket` with its result.

@@ -7,25 +7,29 @@ use crate::core::artifacts::objects::{self, PgObjectManifests};
 use crate::core::artifacts::postgres::PgArtifacts;
 use crate::core::error::Result;
 use crate::core::locks::{postgres::PgLocks, Locks};
-use crate::core::materialize::pricing::Pricing;
 use crate::core::outer_loop::{postgres::PgManifests, OuterLoops};
 use crate::core::pg::{Db, Options};
 use crate::core::runtime::Completer;
 use crate::core::store::postgres::{PgReader, PgWriter};
+use crate::core::vocabulary::Materializer;
 use std::sync::Arc;
 
 impl World {
     /// Open the world in the database and schema `options` name. Nothing is connected yet: the
     /// first call that needs the server connects (and creates or migrates the schema).
-    pub fn open_postgres(options: Options, pricing: Pricing, completer: Arc<dyn Completer>) -> Result<World> {
-        World::open_postgres_with(options, None, pricing, completer)
+    pub fn open_postgres(
+        options: Options,
+        materializer: Arc<dyn Materializer>,
+        completer: Arc<dyn Completer>,
+    ) -> Result<World> {
+        World::open_postgres_with(options, None, materializer, completer)
     }
 
     /// As [`World::open_postgres`], with the artifacts' bytes in the bucket `bucket` names, if any.
     pub fn open_postgres_with(
         options: Options,
         bucket: Option<BucketOptions>,
-        pricing: Pricing,
+        materializer: Arc<dyn Materializer>,
         completer: Arc<dyn Completer>,
     ) -> Result<World> {
         let bucket = bucket.map(Bucket::open).transpose()?;
@@ -46,6 +50,6 @@ impl World {
             locks: Locks::new(PgLocks::new(db.clone())),
             outer_loops: OuterLoops::new(PgManifests::new(db)),
         };
-        World::open(parts, pricing, completer)
+        World::open(parts, materializer, completer)
     }
 }

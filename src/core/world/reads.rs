@@ -5,8 +5,8 @@ use crate::core::bytes::Bytes;
 use crate::core::error::Result;
 use crate::core::events;
 use crate::core::ids;
-use crate::core::materialize;
 use crate::core::runtime::{Output, Ticket};
+use crate::core::store::LogReader;
 
 impl World {
     /// Committed envelopes of `run_id` after `after` (at most `limit`, and with `max_units` about
@@ -118,24 +118,25 @@ impl World {
         })
     }
 
-    /// A stream's events as run (or session) events, as a JSON array; with `strict` (the replay
-    /// read) refuses when a row would be dropped.
-    pub fn run_events(&self, ticket: Ticket, stream_id: String, strict: bool) -> Result<()> {
+    /// Read `stream_id` as `read` reads it (a vocabulary's read of a stream, such as its events
+    /// as run events); completes with the JSON `read` gives.
+    pub fn read_stream(
+        &self,
+        ticket: Ticket,
+        stream_id: String,
+        read: impl FnOnce(&dyn LogReader, &str) -> Result<String> + Send + 'static,
+    ) -> Result<()> {
         ids::check_stream_id(&stream_id)?;
         let reader = self.inner.reader.clone();
-        self.run(ticket, move || {
-            crate::core::run_events::stored::read_log(&*reader, &stream_id, strict).map(Output::Json)
-        })
+        self.run(ticket, move || read(&*reader, &stream_id).map(Output::Json))
     }
 
     /// Fold a run's stored events into its state; completes with the state's canonical JSON.
     pub fn materialize(&self, ticket: Ticket, run_id: String) -> Result<()> {
         ids::check_stream_id(&run_id)?;
         let reader = self.inner.reader.clone();
-        let pricing = self.inner.pricing.clone();
-        self.run(ticket, move || {
-            materialize::fold_stored(&*reader, &run_id, &pricing).map(Output::Json)
-        })
+        let materializer = self.inner.materializer.clone();
+        self.run(ticket, move || materializer.state(&*reader, &run_id).map(Output::Json))
     }
 
     /// Re-check one run (or everything), the store's own check `thorough` or fast; completes
@@ -146,9 +147,10 @@ impl World {
         }
         let reader = self.inner.reader.clone();
         let artifacts = self.inner.artifacts.clone();
-        let pricing = self.inner.pricing.clone();
+        let materializer = self.inner.materializer.clone();
         self.run(ticket, move || {
-            let report = crate::core::verify::verify(&*reader, &artifacts, &pricing, run_id.as_deref(), thorough)?;
+            let report =
+                crate::core::verify::verify(&*reader, &artifacts, &*materializer, run_id.as_deref(), thorough)?;
             Ok(Output::Json(
                 serde_json::to_string(&report).expect("a report serializes"),
             ))

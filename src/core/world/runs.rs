@@ -4,9 +4,9 @@
 use super::World;
 use crate::core::catalog::{CatalogRow, Page, PageRequest, RunOrder, RunQuery};
 use crate::core::error::{Result, WorldError};
-use crate::core::materialize::{self, pricing::Pricing};
 use crate::core::runtime::{Output, Ticket};
 use crate::core::store::LogReader;
+use crate::core::vocabulary::Materializer;
 use std::sync::Mutex;
 
 /// Each stream's status and cost as last worked out, with the stream's last sequence and event
@@ -25,7 +25,7 @@ impl World {
     /// listing for their cost.
     pub fn runs(&self, ticket: Ticket) -> Result<()> {
         let reader = self.inner.reader.clone();
-        let pricing = self.inner.pricing.clone();
+        let materializer = self.inner.materializer.clone();
         let statuses = self.inner.statuses.clone();
         self.run(ticket, move || {
             let all = RunQuery {
@@ -45,7 +45,7 @@ impl World {
                     reason: "the store lists its runs out of order or one twice: its index is damaged (run `little verify --thorough`)".into(),
                 });
             }
-            let out: Vec<_> = rows.into_iter().map(|r| summary(&*reader, &pricing, &statuses, r)).collect();
+            let out: Vec<_> = rows.into_iter().map(|r| summary(&*reader, &*materializer, &statuses, r)).collect();
             Ok(Output::Json(serde_json::Value::Array(out).to_string()))
         })
     }
@@ -57,13 +57,13 @@ impl World {
             .map_err(|e| WorldError::validation("queryRuns options", format!("are not valid: {e}")))?;
         let page = Page::from_request(request)?;
         let reader = self.inner.reader.clone();
-        let pricing = self.inner.pricing.clone();
+        let materializer = self.inner.materializer.clone();
         let statuses = self.inner.statuses.clone();
         self.run(ticket, move || {
             let (rows, cursor) = read_page(&*reader, &page)?;
             let runs: Vec<_> = rows
                 .into_iter()
-                .map(|r| summary(&*reader, &pricing, &statuses, r))
+                .map(|r| summary(&*reader, &*materializer, &statuses, r))
                 .collect();
             Ok(Output::Json(
                 serde_json::json!({ "runs": runs, "cursor": cursor }).to_string(),
@@ -84,7 +84,12 @@ pub(super) fn read_page(reader: &dyn LogReader, page: &Page) -> Result<(Vec<Cata
 
 /// A catalog row as `listRuns` and `queryRuns` give it: with its event count and its cost, and
 /// `unreadable` for the status of a stream whose events do not fold.
-fn summary(reader: &dyn LogReader, pricing: &Pricing, statuses: &Statuses, r: CatalogRow) -> serde_json::Value {
+fn summary(
+    reader: &dyn LogReader,
+    materializer: &dyn Materializer,
+    statuses: &Statuses,
+    r: CatalogRow,
+) -> serde_json::Value {
     let length = (r.last_sequence, r.last_sequence);
     let known = statuses
         .lock()
@@ -94,7 +99,7 @@ fn summary(reader: &dyn LogReader, pricing: &Pricing, statuses: &Statuses, r: Ca
         .map(|(_, status, cost)| (status.clone(), cost.clone()));
     let (status, cost) = match known {
         Some(known) => known,
-        None => match stream_status(reader, &r.run_id, pricing) {
+        None => match materializer.summary(reader, &r.run_id) {
             Ok((_, cost)) => {
                 let status = serde_json::json!(r.status);
                 let mut statuses = statuses.lock().unwrap_or_else(|p| p.into_inner());
@@ -118,40 +123,4 @@ fn summary(reader: &dyn LogReader, pricing: &Pricing, statuses: &Statuses, r: Ca
         "status": status,
         "costUsd": cost,
     })
-}
-
-/// A stream's status and cost in dollars: from the run-event fold for a run-event stream (a
-/// session is `open` until `session:cancelled`), else from the materializer.
-fn stream_status(
-    reader: &dyn LogReader,
-    id: &str,
-    pricing: &Pricing,
-) -> Result<(serde_json::Value, serde_json::Value)> {
-    use crate::core::run_events::{self, stored};
-    // Both texts are this build's own JSON, around payloads of up to 1,000 levels.
-    let parse = |text: String, around: usize| {
-        crate::core::canonical::parse_around(&text, around).map_err(|e| WorldError::RuntimeIntegrity {
-            reason: format!("internal error: {id}'s own JSON {e}"),
-        })
-    };
-    let log = parse(stored::read_log(reader, id, false)?, 1)?;
-    let events = log.as_array().map(Vec::as_slice).unwrap_or_default();
-    if events.is_empty() {
-        let state = parse(materialize::fold_stored(reader, id, pricing)?, 3)?;
-        return Ok((state["status"].clone(), state["usage"]["costUsd"].clone()));
-    }
-    if stored::stream_of(id) == run_events::Stream::Session {
-        let cancelled = events.iter().any(|e| e["type"] == "session:cancelled");
-        return Ok((
-            serde_json::json!(if cancelled { "cancelled" } else { "open" }),
-            serde_json::Value::Null,
-        ));
-    }
-    let state = run_events::fold(events)?;
-    // Micro-cents are 1e-6 cents: 1e-8 dollars.
-    let realized = state["costs"]["realizedCostMicrocents"].as_u64().unwrap_or(0);
-    let usd = format!("{}.{:08}", realized / 100_000_000, realized % 100_000_000)
-        .parse::<f64>()
-        .unwrap_or(0.0);
-    Ok((state["status"].clone(), serde_json::json!(usd)))
 }

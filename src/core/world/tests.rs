@@ -4,7 +4,9 @@ use super::threads::BACKLOG_MAX;
 use super::*;
 use crate::core::events;
 use crate::core::events::AppendRequest;
+use crate::core::materialize::{pricing::Pricing, Priced};
 use crate::core::store::sqlite::Durability;
+use crate::core::vocabulary::Materializer;
 use crossbeam_channel::Sender;
 use crossbeam_channel::{unbounded, Receiver};
 use serde_json::Value;
@@ -74,11 +76,16 @@ fn wait_all(rx: &Done, n: usize) -> Vec<(Ticket, Result<Output>)> {
         .collect()
 }
 
+/// The priced materializer with the bundled prices.
+fn fold() -> Arc<dyn Materializer> {
+    Arc::new(Priced(Pricing::default()))
+}
+
 #[test]
 fn appends_commit_in_call_order_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Full, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Full, fold(), c).unwrap();
     assert!(world.commits_quickly());
     for i in 0..500 {
         world
@@ -100,7 +107,7 @@ fn appends_commit_in_call_order_and_survive_a_reopen() {
     assert!(world.append(1, append("run_x", 0)).unwrap_err().code() == "WORLD_CLOSED");
 
     let (c, _rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Normal, fold(), c).unwrap();
     let events = envelopes(&world, "run_x", 0, None);
     assert_eq!(events.len(), 167);
     events::shape::check_log(&events).unwrap();
@@ -135,15 +142,15 @@ fn two_worlds_on_one_directory_stay_dense() {
     let dir = tempfile::tempdir().unwrap();
     let (c1, rx1) = channel();
     let (c2, rx2) = channel();
-    let a = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c1).unwrap();
-    let b = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c2).unwrap();
+    let a = World::open_local(dir.path(), Durability::Normal, fold(), c1).unwrap();
+    let b = World::open_local(dir.path(), Durability::Normal, fold(), c2).unwrap();
     two_worlds_stay_dense(a, &rx1, b, &rx2);
 }
 
 #[test]
 fn virtual_world_keeps_the_same_rules() {
     let (c, rx) = channel();
-    let world = World::open_virtual(Pricing::default(), c).unwrap();
+    let world = World::open_virtual(fold(), c).unwrap();
     world.append(1, append("run_v", 1)).unwrap();
     assert_eq!(json_of(wait_all(&rx, 1).remove(0).1)["sequence"], 1);
     // With nothing in flight, a small payload is prepared on the caller's thread: its
@@ -198,7 +205,7 @@ fn virtual_world_keeps_the_same_rules() {
 #[test]
 fn call_order_holds_when_large_and_small_payloads_mix() {
     let (c, rx) = channel();
-    let world = World::open_virtual(Pricing::default(), c).unwrap();
+    let world = World::open_virtual(fold(), c).unwrap();
     let n = 300u64;
     for i in 0..n {
         let pad = if i % 7 == 0 {
@@ -235,9 +242,9 @@ fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
     for local in [true, false] {
         let (c, rx) = channel();
         let world = if local {
-            World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap()
+            World::open_local(dir.path(), Durability::Normal, fold(), c).unwrap()
         } else {
-            World::open_virtual(Pricing::default(), c).unwrap()
+            World::open_virtual(fold(), c).unwrap()
         };
         world.acquire_lock(1, "run", "run_c", Duration::ZERO).unwrap();
         let held = json_of(wait_all(&rx, 1).pop().unwrap().1);
@@ -266,7 +273,7 @@ fn close_lets_go_of_the_worlds_locks_and_a_release_after_it_resolves() {
         if local {
             // Free for another world at once.
             let (c2, rx2) = channel();
-            let other = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c2).unwrap();
+            let other = World::open_local(dir.path(), Durability::Normal, fold(), c2).unwrap();
             other.acquire_lock(6, "run", "run_c", Duration::ZERO).unwrap();
             assert_ne!(json_of(wait_all(&rx2, 1).pop().unwrap().1)["token"], token.as_str());
             // The closed world's release is still a no-op, not a release of the new owner's lock.
@@ -285,7 +292,7 @@ fn close_lets_go_of_a_lock_only_after_the_appends_queued_under_it_have_committed
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Normal, fold(), c).unwrap();
     world.acquire_lock(1, "run", "run_f", Duration::ZERO).unwrap();
     wait_all(&rx, 1);
     let n = 20_000;
@@ -343,10 +350,10 @@ fn assert_refuses_writes(reader: &World) {
 fn a_read_only_world_reads_what_others_commit_and_refuses_writes() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let writer = World::open_local(dir.path(), Durability::Full, Pricing::default(), c.clone()).unwrap();
+    let writer = World::open_local(dir.path(), Durability::Full, fold(), c.clone()).unwrap();
     writer.append(1, append("run_r", 0)).unwrap();
     wait_all(&rx, 1);
-    let reader = World::open_local_read_only(dir.path(), Pricing::default(), c.clone()).unwrap();
+    let reader = World::open_local_read_only(dir.path(), fold(), c.clone()).unwrap();
     assert_eq!(envelopes(&reader, "run_r", 0, None).len(), 1);
     // A commit after the read-only world opened is seen by its next read.
     writer.append(2, append("run_r", 1)).unwrap();
@@ -358,7 +365,7 @@ fn a_read_only_world_reads_what_others_commit_and_refuses_writes() {
     writer.close(8).unwrap();
     wait_all(&rx, 2);
     // Once the writer has closed (its checkpoint emptied the WAL), a fresh read-only open reads all.
-    let again = World::open_local_read_only(dir.path(), Pricing::default(), c).unwrap();
+    let again = World::open_local_read_only(dir.path(), fold(), c).unwrap();
     assert_eq!(envelopes(&again, "run_r", 0, None).len(), 2);
 }
 
@@ -368,7 +375,7 @@ fn a_read_only_open_needs_a_world_and_creates_nothing() {
     let (c, _rx) = channel();
     let missing = dir.path().join("nowhere");
     for at in [missing.as_path(), dir.path()] {
-        let err = World::open_local_read_only(at, Pricing::default(), c.clone())
+        let err = World::open_local_read_only(at, fold(), c.clone())
             .err()
             .expect("refused");
         assert!(
@@ -381,7 +388,7 @@ fn a_read_only_open_needs_a_world_and_creates_nothing() {
     // An empty database (a crash between creating the file and its first migration) is no world yet.
     std::fs::create_dir(dir.path().join("events")).unwrap();
     std::fs::write(dir.path().join("events/events.db"), b"").unwrap();
-    let err = World::open_local_read_only(dir.path(), Pricing::default(), c)
+    let err = World::open_local_read_only(dir.path(), fold(), c)
         .err()
         .expect("refused");
     assert!(
@@ -397,7 +404,7 @@ fn a_read_only_open_needs_a_world_and_creates_nothing() {
 fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Normal, fold(), c).unwrap();
     let holder = hold_write_lock(dir.path());
     for (ticket, pad) in [(1, 0), (2, 20_000)] {
         let mut r = append("run_l", 0);
@@ -430,7 +437,7 @@ fn a_refused_keyed_append_does_not_wait_for_the_write_lock() {
 fn under_load_a_small_append_is_prepared_on_the_callers_thread_and_commits_in_call_order() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Normal, fold(), c).unwrap();
     // The writer waits for another connection's write lock, so what it is sent stays unsettled.
     let holder = hold_write_lock(dir.path());
     let mut large = append("run_u", 0);
@@ -490,7 +497,7 @@ fn under_load_a_small_append_is_prepared_on_the_callers_thread_and_commits_in_ca
 fn a_refused_keyed_append_settles_before_a_close_called_after_it() {
     for _ in 0..50 {
         let (c, rx) = channel();
-        let world = World::open_virtual(Pricing::default(), c).unwrap();
+        let world = World::open_virtual(fold(), c).unwrap();
         let mut r = append("run_c", 0);
         r.event_type = "note".into();
         r.key = Some("k".into());
@@ -512,7 +519,7 @@ fn at_the_thread_limit_opening_a_world_fails_with_world_io_and_works_once_thread
         for ok in 0..starts {
             let (c, _rx) = channel();
             fail_thread_starts(ok, 1);
-            let err = match World::open_local(dir.path(), durability, Pricing::default(), c) {
+            let err = match World::open_local(dir.path(), durability, fold(), c) {
                 Err(e) => e,
                 Ok(_) => panic!("{durability:?}: opened with start {ok} failing"),
             };
@@ -522,16 +529,13 @@ fn at_the_thread_limit_opening_a_world_fails_with_world_io_and_works_once_thread
     }
     let (c, _rx) = channel();
     fail_thread_starts(1, 1);
-    assert_eq!(
-        World::open_virtual(Pricing::default(), c).err().unwrap().code(),
-        "WORLD_IO"
-    );
+    assert_eq!(World::open_virtual(fold(), c).err().unwrap().code(), "WORLD_IO");
 
     // Once threads can start again, the world opens and works, and a lock's thread that cannot
     // start fails that acquire alone, and a close still completes.
     fail_thread_starts(0, 0);
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Full, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Full, fold(), c).unwrap();
     world.append(1, append("run_t", 0)).unwrap();
     assert_eq!(json_of(wait_all(&rx, 1).pop().unwrap().1)["sequence"], 1);
     fail_thread_starts(0, 1);
@@ -564,7 +568,7 @@ fn at_the_thread_limit_opening_a_world_fails_with_world_io_and_works_once_thread
 fn a_listing_of_runs_folds_again_only_the_streams_that_grew() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Normal, fold(), c).unwrap();
     let typed = |run: &str, t: &str| AppendRequest {
         event_type: t.into(),
         payload_json: "{}".into(),
@@ -626,7 +630,7 @@ type ThreadDone = Receiver<(Ticket, Result<Output>, std::thread::ThreadId)>;
 /// A local world whose completions say which thread completed them.
 fn world_telling_threads(dir: &Path, durability: Durability) -> (World, ThreadDone) {
     let (tx, rx) = unbounded();
-    let world = World::open_local(dir, durability, Pricing::default(), Arc::new(ThreadCompleter(tx))).unwrap();
+    let world = World::open_local(dir, durability, fold(), Arc::new(ThreadCompleter(tx))).unwrap();
     (world, rx)
 }
 
@@ -689,7 +693,7 @@ fn an_awaited_append_commits_on_the_callers_thread_only_when_nothing_waits() {
 fn the_prep_thread_runs_at_most_a_few_mebibytes_ahead_of_the_writer() {
     let dir = tempfile::tempdir().unwrap();
     let (c, rx) = channel();
-    let world = World::open_local(dir.path(), Durability::Normal, Pricing::default(), c).unwrap();
+    let world = World::open_local(dir.path(), Durability::Normal, fold(), c).unwrap();
     // Create the store's files before another connection opens it.
     world.append(1, append("run_bl", 0)).unwrap();
     wait_all(&rx, 1);
@@ -731,7 +735,7 @@ fn postgres_world(schema: &crate::core::pg::testing::TestSchema, read_only: bool
         read_only,
         ..schema.options()
     };
-    World::open_postgres(options, Pricing::default(), c).unwrap()
+    World::open_postgres(options, fold(), c).unwrap()
 }
 
 #[test]
@@ -800,6 +804,7 @@ fn a_world_keeps_fold_snapshots(world: World, rx: &Done) {
     let snapshots = world.reader().fold_snapshots().expect("this store keeps snapshots");
     let pricing = Pricing::default();
     let key = key(&pricing);
+    let priced = Priced(Pricing::default());
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let kept = loop {
         if let Some(s) = snapshots.snapshot("run_w", &key).unwrap() {
@@ -821,7 +826,7 @@ fn a_world_keeps_fold_snapshots(world: World, rx: &Done) {
         whole.state_json()
     );
     // Verify holds the snapshot against the fold of the events, and names one that is not.
-    let verify = || crate::core::verify::verify(&**world.reader(), world.artifacts(), &pricing, None, false).unwrap();
+    let verify = || crate::core::verify::verify(&**world.reader(), world.artifacts(), &priced, None, false).unwrap();
     let report = verify();
     assert!(report.ok, "{:?}", report.problems);
     let (_, body) = kept.state.split_once('\n').unwrap();
@@ -847,7 +852,7 @@ fn a_world_keeps_fold_snapshots(world: World, rx: &Done) {
 #[test]
 fn a_virtual_world_keeps_fold_snapshots() {
     let (c, rx) = channel();
-    a_world_keeps_fold_snapshots(World::open_virtual(Pricing::default(), c).unwrap(), &rx);
+    a_world_keeps_fold_snapshots(World::open_virtual(fold(), c).unwrap(), &rx);
 }
 
 #[test]

@@ -7,9 +7,9 @@ use crate::core::artifacts::ArtifactStore;
 use crate::core::clock;
 use crate::core::error::{Result, WorldError};
 use crate::core::events::{self, PreparedAppend};
-use crate::core::materialize::{pricing::Pricing, snapshot};
 use crate::core::runtime::{panic_error, Completer, Output, Pool, Ticket};
 use crate::core::store::{LogReader, LogTx, LogWriter, Scope};
+use crate::core::vocabulary::Materializer;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -118,25 +118,26 @@ impl LogWriter for ReadOnlyLog {
     }
 }
 
-/// Takes a run's fold snapshot in the background (see [`crate::core::materialize::snapshot`]),
+/// Takes a run's fold snapshot in the background (see [`Materializer::take_snapshot`]),
 /// counted as an operation running, so that a close waits for it.
 pub(super) struct Snapshots {
     pub(super) reader: Arc<dyn LogReader>,
-    pub(super) pricing: Arc<Pricing>,
+    pub(super) materializer: Arc<dyn Materializer>,
     pub(super) running: Arc<Running>,
 }
 
 impl Snapshots {
     /// After `outcomes` of `batch`, cut into `units`, committed: a snapshot of each run that has
-    /// reached a multiple of [`snapshot::SNAPSHOT_EVERY`] events.
+    /// reached a multiple of [`Materializer::snapshot_every`] events.
     fn after_commit(&self, batch: &[PreparedAppend], units: &[usize], outcomes: &[events::UnitOutcome]) {
         let mut rest = batch;
+        let every = self.materializer.snapshot_every();
         for (&n, outcome) in units.iter().zip(outcomes) {
             let (unit, after) = rest.split_at(n);
             rest = after;
             let Ok(envelopes) = outcome else { continue };
             for (item, envelope) in unit.iter().zip(envelopes) {
-                if events::sequence_of(envelope).is_some_and(|s| s % snapshot::SNAPSHOT_EVERY == 0) {
+                if events::sequence_of(envelope).is_some_and(|s| s % every == 0) {
                     self.take(item.run_id.clone());
                 }
             }
@@ -144,14 +145,14 @@ impl Snapshots {
     }
 
     fn take(&self, run_id: String) {
-        let (reader, pricing) = (self.reader.clone(), self.pricing.clone());
+        let (reader, materializer) = (self.reader.clone(), self.materializer.clone());
         self.running.start();
         let ends = Ends(self.running.clone());
         // A snapshot is a cache: one not taken (at the thread limit, or on a failed read) only
         // leaves folds reading further.
         let _ = Pool::global().spawn(move || {
             let _ends = ends;
-            let _ = snapshot::take(&*reader, &run_id, &pricing);
+            let _ = materializer.take_snapshot(&*reader, &run_id);
         });
     }
 }

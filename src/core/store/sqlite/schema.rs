@@ -25,7 +25,7 @@
 use crate::core::canonical;
 use crate::core::catalog;
 use crate::core::error::{Result, WorldError};
-use crate::core::run_events::{self, stored::stream_of};
+use crate::core::vocabulary::{self, Effects};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 use serde_json::{Map, Value};
@@ -321,21 +321,30 @@ pub fn catalog_from_events(
     }
 }
 
+/// The stored rows of the types whose effects the registered vocabularies keep, each with the
+/// effects the reads see in it ([`crate::core::vocabulary::Vocabulary::stored_effects`]).
+fn stored_effects(
+    conn: &Connection,
+    mut each: impl FnMut(&str, u64, &str, Effects) -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let vocabularies = vocabulary::registered();
+    let types: Vec<&str> = vocabularies.iter().flat_map(|v| v.effect_types()).copied().collect();
+    stored_rows(conn, &types, |run, sequence, t, payload| {
+        for v in vocabularies.iter().filter(|v| v.effect_types().contains(&t.as_str())) {
+            each(&run, sequence, &t, v.stored_effects(&run, &t, &payload))?;
+        }
+        Ok(())
+    })
+}
+
 /// Fill `terminals` from the rows already stored: a stream's first end and each node's first
-/// terminal, where the reads see one: the row passes the reads' own check of a stored body
-/// ([`run_events::parse_stored`], which screens no credential and no envelope field, as an append
-/// does), and [`run_events::terminal`]. A row an earlier version stored as a plain fact that
-/// the reads refuse (a `run:completed` without its fields, a `node:completed` without a `nodeId`,
-/// a `session:cancelled` in a run) ends nothing: taken for the run's end, it refused every later
-/// append to a run that reads as running. One the reads take for the end must end it: an append
+/// terminal, where the reads see one. One the reads take for the end must end it: an append
 /// after it was accepted, and the run could not be read again.
 fn backfill_terminals(conn: &Connection) -> rusqlite::Result<()> {
     let mut insert =
         conn.prepare("INSERT OR IGNORE INTO terminals (run_id, node_id, sequence, type) VALUES (?1, ?2, ?3, ?4)")?;
-    stored_rows(conn, run_events::TERMINAL_TYPES, |run, sequence, t, payload| {
-        let stream = stream_of(&run);
-        let valid = matches!(run_events::parse_stored(stream, &t, &payload), Ok(Some(())));
-        if let Some(node) = run_events::terminal(stream, &t, &payload).filter(|_| valid) {
+    stored_effects(conn, |run, sequence, t, effects| {
+        if let Some(node) = effects.terminal {
             insert.execute(rusqlite::params![run, node, sequence as i64, t])?;
         }
         Ok(())
@@ -347,21 +356,17 @@ fn backfill_terminals(conn: &Connection) -> rusqlite::Result<()> {
 /// exactly, holds), and clamped to 0 ..= 2^53 - 1 (a legacy over-release leaves nothing open).
 fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
     let mut open: std::collections::BTreeMap<(String, String), i128> = Default::default();
-    stored_rows(
-        conn,
-        &["budget:estimate_committed", "budget:estimate_released"],
-        |run, _, t, fields| {
-            if let Some((model, _, amount, released)) = run_events::estimate_of(&t, &fields) {
-                let delta = if released {
-                    -i128::from(amount)
-                } else {
-                    i128::from(amount)
-                };
-                *open.entry((run, model.to_string())).or_default() += delta;
-            }
-            Ok(())
-        },
-    )?;
+    stored_effects(conn, |run, _, _, effects| {
+        if let Some(e) = effects.estimate {
+            let delta = if e.released {
+                -i128::from(e.amount)
+            } else {
+                i128::from(e.amount)
+            };
+            *open.entry((run.to_string(), e.model)).or_default() += delta;
+        }
+        Ok(())
+    })?;
     let max = crate::core::numbers::MAX_SAFE_INTEGER as i128;
     let mut insert = conn.prepare("INSERT INTO estimates (run_id, model, open) VALUES (?1, ?2, ?3)")?;
     for ((run, model), sum) in open {
@@ -370,15 +375,15 @@ fn backfill_estimates(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Fill `usage_totals` from the `harness.model.responded` rows already stored, as the
-/// materializer reads them: each run's four token counts, summed exactly and clamped to
-/// `i64::MAX` (a run an earlier version let past 2^53 - 1 then takes no more calls).
+/// Fill `usage_totals` from the rows already stored, as the materializer reads them: each run's
+/// four token counts, summed exactly and clamped to `i64::MAX` (a run an earlier version let past
+/// 2^53 - 1 then takes no more calls).
 fn backfill_usage(conn: &Connection) -> rusqlite::Result<()> {
     let mut totals: std::collections::BTreeMap<String, [u128; 4]> = Default::default();
-    stored_rows(conn, &["harness.model.responded"], |run, _, _, payload| {
-        if let Some(tokens) = crate::core::log_types::token_counts(&payload) {
-            let sums = totals.entry(run).or_default();
-            for (sum, n) in sums.iter_mut().zip(tokens) {
+    stored_effects(conn, |run, _, _, effects| {
+        if let Some(usage) = effects.usage {
+            let sums = totals.entry(run.to_string()).or_default();
+            for (sum, n) in sums.iter_mut().zip(usage.tokens) {
                 *sum += u128::from(n);
             }
         }
