@@ -15,6 +15,8 @@ const END = '<!-- end of file map -->';
 /** The folders mapped, each with the kinds of file it holds, and the files at the root. */
 const FOLDERS = [
   ['src', ['.rs']],
+  ['crates/kernel/src', ['.rs']],
+  ['crates/vocabularies/src', ['.rs']],
   ['lib', ['.ts']],
   ['bin', ['.js']],
   ['server', ['.js']],
@@ -23,7 +25,7 @@ const FOLDERS = [
   ['bench', ['.mjs', '.ts']],
   ['__test__', ['.ts', '.cjs']],
 ];
-const ROOT_FILES = ['world.ts', 'build.rs', '.ci/run'];
+const ROOT_FILES = ['world.ts', 'build.rs', 'Cargo.toml', 'crates/kernel/Cargo.toml', 'crates/vocabularies/Cargo.toml', '.ci/run'];
 
 function walk(dir, exts) {
   const out = [];
