@@ -38,7 +38,7 @@ export function envelopeFromText(text: string): EventEnvelope {
   return lazyEnvelope(meta.runId, meta.sequence, meta.eventId, meta.recordedAt, meta.type, meta.appendIdempotencyKey ?? '', meta.canonicalRequestDigest ?? '', text.slice(start + 10, end));
 }
 
-/** Numbers per row of a packed listing (see src/core/events/packed.rs). */
+/** Numbers per row of a packed listing (see crates/kernel/src/events/packed.rs). */
 const PACKED_STRIDE = 8;
 
 /**

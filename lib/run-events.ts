@@ -48,7 +48,7 @@ export type RunCosts = {
   readonly unpricedAttempts: number;
 };
 
-/** A run's state folded from its run events (see `src/core/run_events/fold.rs`). */
+/** A run's state folded from its run events (see `crates/vocabularies/src/run_events/fold.rs`). */
 export type RunEventState = {
   readonly status: 'pending' | 'running' | 'paused' | 'completed' | 'failed' | 'cancelled';
   readonly error?: unknown;

@@ -7,8 +7,10 @@
 
 #![deny(clippy::all)]
 
+pub mod iso;
 pub mod log_types;
 pub mod materialize;
+pub mod rules;
 pub mod run_events;
 pub mod sdk_runs;
 pub mod secrets;

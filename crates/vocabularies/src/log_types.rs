@@ -2,70 +2,18 @@
 //! `StepCompleted`, `harness.model.responded`, ...), the fields stored as artifacts when large,
 //! and the token counts a model call adds to its run.
 //!
-//! Each known type lists its required and optional fields with a rule per field. Extra fields are
+//! Each known type lists its required and optional fields with a rule per field, in the rule
+//! language every vocabulary shares ([`crate::rules`]). Extra fields are
 //! always allowed, because a newer runtime may add some. A missing or mistyped field is an
 //! `EventValidationError` whose path names it (`payload.response.usage.inputTokens`). A type it
 //! does not know is stored as a generic fact.
 
+use crate::rules::{check, check_fields, opt, req, Field, Rule};
 use little_world_kernel::catalog::StatusChange;
 use little_world_kernel::error::{Result, WorldError};
-use little_world_kernel::ids::is_artifact_ref;
 use little_world_kernel::json_path::dotted;
-use little_world_kernel::numbers::is_count;
 use little_world_kernel::vocabulary::{Effects, Spillable, Stream, Usage};
 use serde_json::{Map, Value};
-
-/// What a field must hold.
-#[derive(Debug, Clone, Copy)]
-enum Rule {
-    /// Any JSON value.
-    Any,
-    /// A string.
-    Str,
-    /// A non-empty string.
-    NonEmpty,
-    /// An object.
-    Object,
-    /// An array.
-    Array,
-    /// A non-negative safe integer.
-    Count,
-    /// A positive safe integer.
-    Positive,
-    /// A finite non-negative number.
-    Duration,
-    /// An error envelope: an object with at least a string `message`.
-    Error,
-    /// An artifact reference string.
-    ArtifactRef,
-    /// A string or a number (a branch name or index).
-    Label,
-    /// One of a closed set of strings.
-    OneOf(&'static [&'static str]),
-}
-
-/// A field of a known type.
-struct Field {
-    name: &'static str,
-    rule: Rule,
-    required: bool,
-}
-
-const fn req(name: &'static str, rule: Rule) -> Field {
-    Field {
-        name,
-        rule,
-        required: true,
-    }
-}
-
-const fn opt(name: &'static str, rule: Rule) -> Field {
-    Field {
-        name,
-        rule,
-        required: false,
-    }
-}
 
 /// Fields of which a payload must (or may) carry exactly one, such as `output` / `outputRef`.
 struct Choice {
@@ -306,7 +254,7 @@ static SHAPES: &[(&str, Shape)] = {
         (
             "harness.tool_call.succeeded",
             Shape {
-                fields: &[req("callId", NonEmpty), req("durationMs", Duration)],
+                fields: &[req("callId", NonEmpty), req("durationMs", Number)],
                 choice: Some(Choice {
                     value: "result",
                     reference: "resultRef",
@@ -317,11 +265,7 @@ static SHAPES: &[(&str, Shape)] = {
         (
             "harness.tool_call.failed",
             Shape {
-                fields: &[
-                    req("callId", NonEmpty),
-                    req("error", Error),
-                    req("durationMs", Duration),
-                ],
+                fields: &[req("callId", NonEmpty), req("error", Error), req("durationMs", Number)],
                 choice: None,
             },
         ),
@@ -342,7 +286,7 @@ static SHAPES: &[(&str, Shape)] = {
                 fields: &[
                     req("stepPath", NonEmpty),
                     req("outputHash", NonEmpty),
-                    req("durationMs", Duration),
+                    req("durationMs", Number),
                 ],
                 choice: None,
             },
@@ -380,18 +324,7 @@ pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
     let Some(shape) = shape(event_type) else {
         return Ok(());
     };
-    for field in shape.fields {
-        match lookup(payload, field.name) {
-            Some(v) => check(field.rule, v, field.name)?,
-            None if field.required => {
-                return Err(WorldError::validation(
-                    dotted("payload", field.name),
-                    format!("{event_type} requires {}", describe(field.rule)),
-                ))
-            }
-            None => {}
-        }
-    }
+    check_fields(event_type, payload, shape.fields, "payload")?;
     if let Some(choice) = &shape.choice {
         let has_value = payload.contains_key(choice.value);
         let has_ref = payload.contains_key(choice.reference);
@@ -411,7 +344,7 @@ pub fn validate(event_type: &str, payload: &Map<String, Value>) -> Result<()> {
             ));
         }
         if let Some(r) = payload.get(choice.reference) {
-            check(Rule::ArtifactRef, r, choice.reference)?;
+            check(Rule::ArtifactRef, r, &dotted("payload", choice.reference), event_type)?;
         }
     }
     // Of every usage object: a part of a count cannot exceed it.
@@ -452,57 +385,6 @@ fn subset(at: &str, usage: &Value, part: &str, whole: &str) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn lookup<'v>(payload: &'v Map<String, Value>, dotted_name: &str) -> Option<&'v Value> {
-    let mut parts = dotted_name.split('.');
-    let mut cur = payload.get(parts.next()?)?;
-    for part in parts {
-        cur = cur.as_object()?.get(part)?;
-    }
-    Some(cur)
-}
-
-fn check(rule: Rule, v: &Value, name: &str) -> Result<()> {
-    let ok = match rule {
-        Rule::Any => true,
-        Rule::Str => v.is_string(),
-        Rule::NonEmpty => v.as_str().is_some_and(|s| !s.is_empty()),
-        Rule::Object => v.is_object(),
-        Rule::Array => v.is_array(),
-        Rule::Count => is_count(v),
-        Rule::Positive => is_count(v) && v.as_f64() != Some(0.0),
-        Rule::Duration => v.as_f64().is_some_and(|f| f >= 0.0),
-        Rule::Error => v.get("message").is_some_and(Value::is_string),
-        Rule::ArtifactRef => v.as_str().is_some_and(is_artifact_ref),
-        Rule::Label => v.is_string() || v.is_number(),
-        Rule::OneOf(set) => v.as_str().is_some_and(|s| set.contains(&s)),
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(WorldError::validation(
-            dotted("payload", name),
-            format!("must be {}", describe(rule)),
-        ))
-    }
-}
-
-fn describe(rule: Rule) -> String {
-    match rule {
-        Rule::Any => "a value".into(),
-        Rule::Str => "a string".into(),
-        Rule::NonEmpty => "a non-empty string".into(),
-        Rule::Object => "an object".into(),
-        Rule::Array => "an array".into(),
-        Rule::Count => "a non-negative safe integer".into(),
-        Rule::Positive => "a positive safe integer".into(),
-        Rule::Duration => "a non-negative number".into(),
-        Rule::Error => "an error object with a string message".into(),
-        Rule::ArtifactRef => "an artifact reference (artifact://art_ + 16 hex)".into(),
-        Rule::Label => "a string or a number".into(),
-        Rule::OneOf(set) => format!("one of {}", set.join(", ")),
-    }
 }
 
 /// The event log's own vocabulary, as the append rules call it.
@@ -769,9 +651,17 @@ mod tests {
 
     #[test]
     fn artifact_refs() {
-        assert!(is_artifact_ref("artifact://art_0123456789abcdef"));
-        assert!(!is_artifact_ref("artifact://art_0123456789ABCDEF"));
-        assert!(!is_artifact_ref("artifact://art_0123456789abcde"));
-        assert!(!is_artifact_ref(" artifact://art_0123456789abcdef"));
+        assert!(little_world_kernel::ids::is_artifact_ref(
+            "artifact://art_0123456789abcdef"
+        ));
+        assert!(!little_world_kernel::ids::is_artifact_ref(
+            "artifact://art_0123456789ABCDEF"
+        ));
+        assert!(!little_world_kernel::ids::is_artifact_ref(
+            "artifact://art_0123456789abcde"
+        ));
+        assert!(!little_world_kernel::ids::is_artifact_ref(
+            " artifact://art_0123456789abcdef"
+        ));
     }
 }

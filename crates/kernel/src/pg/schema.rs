@@ -107,7 +107,7 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (name, key)
     );
     CREATE INDEX index_entries_by_value ON {s}.index_entries (name, value, key);",
-    // 3: fold snapshots, a cache beside the log (see `materialize::snapshot`).
+    // 3: fold snapshots, a cache beside the log (see `vocabulary::Materializer`).
     "CREATE TABLE {s}.fold_snapshots (
         run_id   text   NOT NULL,
         fold_key text   NOT NULL,

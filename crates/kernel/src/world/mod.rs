@@ -291,11 +291,6 @@ impl World {
         })
     }
 
-    /// The world's materializer (the fold its snapshots and listings are of).
-    pub fn materializer(&self) -> &dyn Materializer {
-        &*self.inner.materializer
-    }
-
     /// Run `work` on the pool, completing `ticket` with its result.
     pub fn run(&self, ticket: Ticket, work: impl FnOnce() -> Result<Output> + Send + 'static) -> Result<()> {
         self.ensure_open()?;

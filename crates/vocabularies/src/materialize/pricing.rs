@@ -15,7 +15,7 @@
 //! announced price change is bundled before the day it takes effect, and replaying an old run
 //! gives the cost it had.
 
-use crate::run_events::iso::{parse_instant, Instant};
+use crate::iso::{parse_instant, Instant};
 use little_world_kernel::canonical;
 use little_world_kernel::error::{Result, WorldError};
 use serde::Deserialize;

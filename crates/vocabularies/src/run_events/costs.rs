@@ -21,7 +21,7 @@
 //! Every figure is a max or a sum, so the result does not depend on the order of the rows.
 
 use super::log::{corrupt, read_run_events, Row};
-use super::schema::count;
+use crate::rules::count;
 use little_world_kernel::error::Result;
 use little_world_kernel::numbers::MAX_SAFE_INTEGER;
 use serde_json::{json, Value};

@@ -43,7 +43,7 @@
 
 use super::costs::restore_rows;
 use super::log::{corrupt, read_run_events, Row};
-use super::schema::count;
+use crate::rules::count;
 use little_world_kernel::error::Result;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;

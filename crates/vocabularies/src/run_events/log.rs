@@ -6,8 +6,8 @@
 //! the run stream; a body that does not validate, a broken envelope, a session envelope or rows of
 //! two runs in one list mean the log is damaged: [`WorldError::EventLogCorrupt`].
 
-use super::schema::as_count;
 use super::{is_known_type, validate_body, Stream};
+use crate::rules::as_count;
 use little_world_kernel::error::{Result, WorldError};
 use little_world_kernel::numbers::is_count;
 use serde_json::{Map, Value};
@@ -82,7 +82,7 @@ pub(super) fn read_run_events(events: &[Value]) -> Result<Vec<Row<'_>>> {
         }
         if obj
             .get("timestamp")
-            .is_some_and(|ts| !ts.as_str().is_some_and(super::iso::is_instant))
+            .is_some_and(|ts| !ts.as_str().is_some_and(crate::iso::is_instant))
         {
             return Err(here("timestamp is not an ISO-8601 date-time".into()));
         }

@@ -19,10 +19,8 @@
 
 mod costs;
 mod fold;
-pub(crate) mod iso;
 mod log;
 mod refine;
-mod schema;
 mod shapes;
 pub mod stored;
 #[cfg(test)]
@@ -33,10 +31,10 @@ pub use crate::secrets::{check_secrets, looks_like_credential, screen_str};
 pub use costs::{restore_costs, CostRestore};
 pub use fold::fold;
 
+use crate::rules::check_fields;
 use little_world_kernel::catalog::StatusChange;
 use little_world_kernel::error::{Result, WorldError};
 use little_world_kernel::vocabulary::{Effects, Estimate};
-use schema::check_fields;
 use serde_json::{Map, Value};
 use shapes::{shape, Carried};
 
@@ -121,7 +119,7 @@ pub fn estimate_of<'m>(t: &str, fields: &'m Map<String, Value>) -> Option<(&'m s
     Some((
         fields.get("model")?.as_str()?,
         field,
-        schema::count(fields, field)?,
+        crate::rules::count(fields, field)?,
         released,
     ))
 }

@@ -3,7 +3,7 @@
 //! Each runs after its shape's fields have checked out (so a required field is present and of
 //! its type) and names the field to fix in its refusal, never a value.
 
-use super::schema::int;
+use crate::rules::int;
 use little_world_kernel::error::{Result, WorldError};
 use little_world_kernel::json_path::dotted;
 use serde_json::{Map, Value};
@@ -58,7 +58,7 @@ pub(super) fn media_basis(m: &Map<String, Value>) -> Result<()> {
             "acceptedCostMicrocents requires units: a frozen cost needs its frozen billed volume",
         ));
     }
-    let instant = |f: &str| m.get(f).and_then(Value::as_str).and_then(super::iso::parse_instant);
+    let instant = |f: &str| m.get(f).and_then(Value::as_str).and_then(crate::iso::parse_instant);
     if instant("deadlineAt") < instant("startedAt") {
         return Err(WorldError::validation(
             "event.deadlineAt",

@@ -14,7 +14,7 @@
 //! producer's `undefined` is an absent key once serialized, so they are optional here.
 
 use super::refine::*;
-use super::schema::{opt, req, Field, Rule::*};
+use crate::rules::{opt, req, Field, Rule::*};
 use little_world_kernel::error::Result;
 use serde_json::{Map, Value};
 

@@ -1,20 +1,22 @@
-//! The field-rule engine the run-event shapes are written in.
+//! The rule language every vocabulary's shapes are written in.
 //!
-//! Same style as `log_types` (a table of fields, a rule per field, dotted names such as
-//! `tokensUsed.input`), with what the run events add: booleans, ISO-8601 instants, UUIDs, arrays of
-//! ids and arrays of records (`patches[0].uri`), and a nested field that is only checked when its
-//! parent object is present (an optional `error` with required `error.code`). A shape's
-//! cross-field refinements run after its fields have checked out, so they can trust the types.
+//! A shape is a table of fields, each a dotted name (`tokensUsed.input`, `response.usage`) with a
+//! rule and whether it must be present. A nested field is only checked when its parent object is
+//! present (an optional `error` with a required `error.code`); a shape that needs the parent lists
+//! it, as an `Object`, before its fields. Errors name the field from the root they are given
+//! (`payload.stepPath`, `event.patches[0].uri`). A vocabulary's cross-field refinements run after
+//! its fields have checked out, so they can trust the types.
 
-use super::iso;
+use crate::iso;
 use little_world_kernel::error::{Result, WorldError};
+use little_world_kernel::ids::is_artifact_ref;
 use little_world_kernel::json_path::dotted;
 use little_world_kernel::numbers::is_count;
 use serde_json::{Map, Value};
 
 /// What a field must hold.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Rule {
+pub enum Rule {
     /// Any JSON value (only its presence is required).
     Any,
     /// A string, possibly empty (free text: messages, tokens, diffs).
@@ -25,6 +27,8 @@ pub(super) enum Rule {
     Bool,
     /// An object (a record of anything).
     Object,
+    /// An array (of anything).
+    Array,
     /// A non-negative safe integer (micro-cents, token counts, milliseconds).
     Count,
     /// A positive safe integer (1-based attempt numbers, a positive estimate).
@@ -37,6 +41,12 @@ pub(super) enum Rule {
     Instant,
     /// A UUID.
     Uuid,
+    /// An error envelope: an object with at least a string `message`.
+    Error,
+    /// An artifact reference string (`artifact://art_` and 16 hex digits).
+    ArtifactRef,
+    /// A string or a number (a branch's name or index).
+    Label,
     /// One of a closed set of strings.
     OneOf(&'static [&'static str]),
     /// An array of at least `min` non-empty strings.
@@ -47,14 +57,14 @@ pub(super) enum Rule {
 
 /// A field of a shape: a dotted name (`error.code`), its rule, and whether it must be present.
 #[derive(Debug)]
-pub(super) struct Field {
+pub struct Field {
     pub name: &'static str,
     pub rule: Rule,
     pub required: bool,
 }
 
 /// A field that must be present.
-pub(super) const fn req(name: &'static str, rule: Rule) -> Field {
+pub const fn req(name: &'static str, rule: Rule) -> Field {
     Field {
         name,
         rule,
@@ -63,7 +73,7 @@ pub(super) const fn req(name: &'static str, rule: Rule) -> Field {
 }
 
 /// A field that may be absent.
-pub(super) const fn opt(name: &'static str, rule: Rule) -> Field {
+pub const fn opt(name: &'static str, rule: Rule) -> Field {
     Field {
         name,
         rule,
@@ -94,7 +104,7 @@ fn lookup<'v>(map: &'v Map<String, Value>, name: &str) -> Found<'v> {
 }
 
 /// Check `fields` of `map`, reporting paths under `root` (`event`, `event.patches[0]`).
-pub(super) fn check_fields(t: &str, map: &Map<String, Value>, fields: &[Field], root: &str) -> Result<()> {
+pub fn check_fields(t: &str, map: &Map<String, Value>, fields: &[Field], root: &str) -> Result<()> {
     for field in fields {
         match lookup(map, field.name) {
             Found::Value(v) => check(field.rule, v, &dotted(root, field.name), t)?,
@@ -110,19 +120,24 @@ pub(super) fn check_fields(t: &str, map: &Map<String, Value>, fields: &[Field], 
     Ok(())
 }
 
-fn check(rule: Rule, v: &Value, path: &str, t: &str) -> Result<()> {
+/// Check one value against `rule`, reporting `path`.
+pub fn check(rule: Rule, v: &Value, path: &str, t: &str) -> Result<()> {
     let ok = match rule {
         Rule::Any => true,
         Rule::Str => v.is_string(),
         Rule::NonEmpty => v.as_str().is_some_and(|s| !s.is_empty()),
         Rule::Bool => v.is_boolean(),
         Rule::Object => v.is_object(),
+        Rule::Array => v.is_array(),
         Rule::Count => is_count(v),
         Rule::Positive => is_count(v) && v.as_f64() != Some(0.0),
         Rule::Pct => is_count(v) && v.as_f64().is_some_and(|f| f <= 100.0),
         Rule::Number => v.as_f64().is_some_and(|f| f.is_finite() && f >= 0.0),
         Rule::Instant => v.as_str().is_some_and(iso::is_instant),
         Rule::Uuid => v.as_str().is_some_and(iso::is_uuid),
+        Rule::Error => v.get("message").is_some_and(Value::is_string),
+        Rule::ArtifactRef => v.as_str().is_some_and(is_artifact_ref),
+        Rule::Label => v.is_string() || v.is_number(),
         Rule::OneOf(set) => v.as_str().is_some_and(|s| set.contains(&s)),
         Rule::Ids(min) | Rule::Records(_, min) => match v.as_array() {
             Some(items) if items.len() >= min => return check_items(rule, items, path, t),
@@ -157,12 +172,16 @@ fn describe(rule: Rule) -> String {
         Rule::NonEmpty => "a non-empty string".into(),
         Rule::Bool => "a boolean".into(),
         Rule::Object => "an object".into(),
+        Rule::Array => "an array".into(),
         Rule::Count => "a non-negative safe integer".into(),
         Rule::Positive => "a positive safe integer".into(),
         Rule::Pct => "an integer from 0 to 100".into(),
         Rule::Number => "a finite non-negative number".into(),
         Rule::Instant => "an ISO-8601 date-time with an offset (2026-05-21T10:00:00Z)".into(),
         Rule::Uuid => "a UUID".into(),
+        Rule::Error => "an error object with a string message".into(),
+        Rule::ArtifactRef => "an artifact reference (artifact://art_ + 16 hex)".into(),
+        Rule::Label => "a string or a number".into(),
         Rule::OneOf(set) => format!("one of {}", set.join(", ")),
         Rule::Ids(0) => "an array of non-empty strings".into(),
         Rule::Ids(min) => format!("an array of at least {min} non-empty string(s)"),
@@ -172,17 +191,17 @@ fn describe(rule: Rule) -> String {
 }
 
 /// A safe integer field already checked by its rule, however it was written (`5` or `5.0`).
-pub(super) fn count(map: &Map<String, Value>, field: &str) -> Option<u64> {
+pub fn count(map: &Map<String, Value>, field: &str) -> Option<u64> {
     map.get(field).and_then(as_count)
 }
 
 /// A non-negative safe integer as `u64`, also when JSON wrote it with a fraction of zero.
-pub(super) fn as_count(v: &Value) -> Option<u64> {
+pub fn as_count(v: &Value) -> Option<u64> {
     is_count(v).then(|| v.as_u64().unwrap_or_else(|| v.as_f64().unwrap_or_default() as u64))
 }
 
 /// [`count`], 0 when absent.
-pub(super) fn int(map: &Map<String, Value>, field: &str) -> u64 {
+pub fn int(map: &Map<String, Value>, field: &str) -> u64 {
     count(map, field).unwrap_or(0)
 }
 

@@ -1,4 +1,4 @@
-//! The two string formats the run-event vocabulary pins down: ISO-8601 instants and UUIDs.
+//! The two string formats the vocabularies pin down: ISO-8601 instants and UUIDs.
 //!
 //! The run events stamp times as ISO 8601 (`startedAt`, `deadlineAt`, the envelope's `timestamp`)
 //! and names `run:started.workflowId` a UUID. An instant is accepted in the form the sister engine
