@@ -10,6 +10,7 @@ import {
   listEvents,
   localWorld,
   materializeRunState,
+  postgresWorld,
   readArtifact,
   readOuterLoopManifest,
   verifyWorld,
@@ -99,5 +100,19 @@ describe('localWorld options', () => {
     expect(err).toBeInstanceOf(EventValidationError);
     expect(err.code).toBe('EVENT_VALIDATION');
     expect(err.path).toBe('durability');
+  });
+});
+
+describe('postgresWorld options', () => {
+  it('refuses a malformed connection string as it refuses any bad option, and never shows its password', () => {
+    const bad = (options: Record<string, unknown>) => thrown(() => track(postgresWorld(options as never))) as WorldError;
+    const option = bad({ connectionString: 'postgres://h/db', lockLeaseMs: -1 });
+    for (const connectionString of ['mysql://alice:s3cr3t-pw@h/db', 'postgres://alice:s3cr3t-pw@h:port/db', "host=h password='s3cr3t-pw"]) {
+      const err = bad({ connectionString });
+      expect(err).toBeInstanceOf(EventValidationError);
+      expect(err.code).toBe(option.code);
+      expect(err.path).toBe('connectionString');
+      expect(err.message).not.toContain('s3cr3t');
+    }
   });
 });

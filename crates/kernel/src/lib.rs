@@ -1,5 +1,5 @@
 //! The kernel of `@little-workflow/world`: an append-only event log over SQLite, PostgreSQL or
-//! memory, with its artifacts, locks and outer loops, knowing no event type by name.
+//! a virtual store in memory, with its artifacts, locks and outer loops, knowing no event type by name.
 //!
 //! `canonical` and `ids` define the bytes and the names; `events` the append rules; `store` the
 //! backends those rules are written over; `world` the threads that serve one world. What an event

@@ -12,9 +12,9 @@
 pub mod bucket;
 pub mod hashed_read;
 pub mod local;
-pub mod memory;
 pub mod objects;
 pub mod postgres;
+pub mod r#virtual;
 
 use crate::bytes::Bytes;
 use crate::canonical;

@@ -26,7 +26,7 @@ fn round_trips_and_is_content_addressed() {
     let dir = tempfile::tempdir().unwrap();
     for store in [
         ArtifactStore::new(local::LocalArtifacts::open(dir.path()).unwrap()),
-        ArtifactStore::new(memory::MemoryArtifacts::new()),
+        ArtifactStore::new(r#virtual::VirtualArtifacts::new()),
     ] {
         let a = store.write(meta(Encoding::Bytes), bytes(b"hello")).unwrap();
         let b = store.write(meta(Encoding::Bytes), bytes(b"hello")).unwrap();
@@ -187,7 +187,7 @@ fn concurrent_writers_of_one_artifact_end_with_one_intact_artifact() {
 
 #[test]
 fn bad_inputs_are_refused() {
-    let store = ArtifactStore::new(memory::MemoryArtifacts::new());
+    let store = ArtifactStore::new(r#virtual::VirtualArtifacts::new());
     let mut m = meta(Encoding::Utf8);
     m.name = String::new();
     assert_eq!(
@@ -324,7 +324,7 @@ fn verify_reports_an_unreadable_artifact_and_goes_on() {
     fs::remove_file(blob(&a)).unwrap();
     std::os::unix::fs::symlink(blob(&a), blob(&a)).unwrap();
     fs::write(blob(&b), b"BBBB").unwrap();
-    let reader = crate::store::memory::MemoryLog::new();
+    let reader = crate::store::r#virtual::VirtualLog::new();
     let report = crate::verify::verify(
         &reader,
         &store,

@@ -275,9 +275,9 @@ mod tests {
 
     /// A memory log holding `run`'s rows 1 ..= `rows`, of type `t`, each with the payload
     /// `{"n": text(sequence)}`.
-    fn log_of(run: &str, rows: u64, text: impl Fn(u64) -> String) -> crate::store::memory::MemoryLog {
+    fn log_of(run: &str, rows: u64, text: impl Fn(u64) -> String) -> crate::store::r#virtual::VirtualLog {
         use crate::store::{LogWriter, Scope};
-        let mut log = crate::store::memory::MemoryLog::new();
+        let mut log = crate::store::r#virtual::VirtualLog::new();
         log.transaction(&Scope::NONE, &mut |tx| {
             for s in 1..=rows {
                 let envelope = format!(

@@ -2,8 +2,8 @@
 //! references, canonical envelopes and the log's shape check.
 
 use super::*;
-use crate::store::memory::MemoryLog;
 use crate::store::postgres;
+use crate::store::r#virtual::VirtualLog;
 use crate::store::sqlite::{self, Durability};
 use crate::store::{IndexQuery, LogWriter};
 use serde_json::json;
@@ -60,7 +60,7 @@ type Backend = (
 
 /// Every backend: memory, SQLite, and PostgreSQL in a fresh schema when the test server is there.
 fn backends() -> Vec<Backend> {
-    let mem = MemoryLog::new();
+    let mem = VirtualLog::new();
     let dir = tempfile::tempdir().unwrap();
     let (w, r) = sqlite::open(dir.path(), Durability::Normal).unwrap();
     let mut all: Vec<Backend> = vec![
@@ -314,7 +314,7 @@ fn payload_is_stored_canonical_and_ids_match() {
     ))
     .unwrap();
     assert_eq!(p.payload(), "{\"a\":\"\u{e9}\",\"b\":1,\"\u{1F600}\":2,\"\u{E000}\":1}");
-    let mut mem = MemoryLog::new();
+    let mut mem = VirtualLog::new();
     let env = commit_batch(&mut mem, &NoArtifacts, &mut [p], "2026-01-01T00:00:00.000Z")
         .remove(0)
         .unwrap();
@@ -325,7 +325,7 @@ fn payload_is_stored_canonical_and_ids_match() {
 
 #[test]
 fn shape_check_finds_holes_and_tampering() {
-    let mut mem = MemoryLog::new();
+    let mut mem = VirtualLog::new();
     let mut batch: Vec<_> = (0..3)
         .map(|i| prep(req("run_s", "x", json!({"i": i}), None)).unwrap())
         .collect();
@@ -807,7 +807,7 @@ fn the_head_says_where_it_wrote_the_digest_the_event_id_and_the_payload() {
         // A prepared append fills them in: the envelope it makes is the one its fields describe.
         let prepared = prep(req("run_layout", "custom.t", json!({"b": [1, "two"], "a": null}), key)).unwrap();
         assert_eq!(prepared.payload(), r#"{"a":null,"b":[1,"two"]}"#);
-        let mut w = MemoryLog::new();
+        let mut w = VirtualLog::new();
         let envelope = commit_batch(&mut w, &NoArtifacts, &mut [prepared], "2026-01-01T00:00:00.000Z")
             .remove(0)
             .unwrap();

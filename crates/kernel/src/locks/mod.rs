@@ -9,8 +9,8 @@
 //! directories in the data directory, fenced by `flock`s; `memory` a map.
 
 pub mod local;
-pub mod memory;
 pub mod postgres;
+pub mod r#virtual;
 
 use crate::clock;
 use crate::error::{Result, WorldError};

@@ -19,8 +19,8 @@
 //! `memory` a map.
 
 pub mod local;
-pub mod memory;
 pub mod postgres;
+pub mod r#virtual;
 
 use crate::canonical;
 use crate::error::{Result, WorldError};

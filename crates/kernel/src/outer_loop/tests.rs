@@ -95,7 +95,7 @@ fn a_manifest_larger_than_any_written_is_refused_and_never_read_whole() {
     let at_limit = over.replacen('x', "", 1);
     for loops in [
         OuterLoops::new(local::LocalManifests::open(dir.path()).unwrap()),
-        OuterLoops::new(memory::MemoryManifests::new()),
+        OuterLoops::new(r#virtual::VirtualManifests::new()),
     ] {
         let err = loops.write(&over).unwrap_err();
         assert_eq!(err.code(), "EVENT_VALIDATION");
@@ -114,7 +114,7 @@ fn input_hash_is_the_loops_identity_and_pending_run_is_kept_until_cleared() {
     let dir = tempfile::tempdir().unwrap();
     for loops in [
         OuterLoops::new(local::LocalManifests::open(dir.path()).unwrap()),
-        OuterLoops::new(memory::MemoryManifests::new()),
+        OuterLoops::new(r#virtual::VirtualManifests::new()),
     ] {
         assert_eq!(loops.read("ol_1").unwrap(), None);
         loops
@@ -152,14 +152,14 @@ fn input_hash_is_the_loops_identity_and_pending_run_is_kept_until_cleared() {
 }
 
 /// A manifest nested deeper than serde_json's default limit keeps its checks in both stores
-/// (the memory store re-read it with that limit, and took an unreadable one for none).
+/// (the virtual store re-read it with that limit, and took an unreadable one for none).
 #[test]
 fn a_deep_manifest_keeps_its_input_hash_and_pending_run() {
     let dir = tempfile::tempdir().unwrap();
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
     for loops in [
         OuterLoops::new(local::LocalManifests::open(dir.path()).unwrap()),
-        OuterLoops::new(memory::MemoryManifests::new()),
+        OuterLoops::new(r#virtual::VirtualManifests::new()),
     ] {
         loops
             .write(&format!(
@@ -183,7 +183,7 @@ fn store_pairs(root: &Path) -> Vec<(Arc<OuterLoops>, Arc<OuterLoops>, Option<Pat
     fs::create_dir_all(&data).unwrap();
     let link = root.join("link");
     std::os::unix::fs::symlink(&data, &link).unwrap();
-    let memory = Arc::new(OuterLoops::new(memory::MemoryManifests::new()));
+    let memory = Arc::new(OuterLoops::new(r#virtual::VirtualManifests::new()));
     vec![
         (
             Arc::new(OuterLoops::new(local::LocalManifests::open(&data).unwrap())),
@@ -482,7 +482,7 @@ fn writes_are_validated_against_the_manifest_shape() {
     let root = tempfile::tempdir().unwrap();
     for loops in [
         OuterLoops::new(local::LocalManifests::open(root.path()).unwrap()),
-        OuterLoops::new(memory::MemoryManifests::new()),
+        OuterLoops::new(r#virtual::VirtualManifests::new()),
     ] {
         for (field, value, want) in &bad {
             let mut m = base.clone();

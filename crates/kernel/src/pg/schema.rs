@@ -97,7 +97,7 @@ const MIGRATIONS: &[&str] = &[
         manifest      text NOT NULL
     );",
     // 2: index entries, written in the transaction of the event that sets them. Compared by
-    // bytes (`C`), so listings come in the order SQLite's and the memory store's do.
+    // bytes (`C`), so listings come in the order SQLite's and the virtual store's do.
     "CREATE TABLE {s}.index_entries (
         name     text COLLATE \"C\" NOT NULL,
         key      text COLLATE \"C\" NOT NULL,

@@ -184,7 +184,11 @@ fn strip_key_values(text: &str, tls: &mut TlsSettings) -> Result<String> {
             chars.next();
         }
         if chars.next() != Some('=') {
-            return Err(refused(format!("has {key:?} without a value")));
+            // Only a word is named: anything else may be a URL of another scheme, password and all.
+            if !key.is_empty() && key.len() <= 64 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(refused(format!("has {key:?} without a value")));
+            }
+            return Err(refused("is neither a postgres:// URL nor key=value pairs"));
         }
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
@@ -412,6 +416,9 @@ mod tests {
             "postgres://u:hunter2@h/d?sslmode=bogus",
             "host=h password=hunter2 port=notaport",
             "user='hunter2",
+            // Another scheme is read as key=value pairs, and its first word has no `=`.
+            "mysql://u:hunter2@h/d",
+            "postgresql:/u:hunter2@h/d",
         ] {
             let e = parse(text).err().expect("refused");
             assert_eq!(e.code(), "EVENT_VALIDATION");

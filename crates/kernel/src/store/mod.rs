@@ -6,9 +6,9 @@
 //! written once over these traits. `sqlite` is the local world, `memory` the virtual one; a
 //! PostgreSQL backend would be a third.
 
-pub mod memory;
 pub mod postgres;
 pub mod sqlite;
+pub mod r#virtual;
 
 use crate::catalog::{CatalogNote, CatalogRow, RunQuery};
 use crate::error::Result;
@@ -552,7 +552,7 @@ mod tests {
         // A mark past the last row: rows were removed, so anything may have changed.
         assert_eq!(reader.changes(Some(9)).unwrap(), Changes { mark: 5, streams: None });
         // The memory store cannot tell.
-        assert_eq!(memory::MemoryLog::new().changes(Some(1)).unwrap().streams, None);
+        assert_eq!(r#virtual::VirtualLog::new().changes(Some(1)).unwrap().streams, None);
     }
 
     #[test]
@@ -620,8 +620,8 @@ mod tests {
     }
 
     #[test]
-    fn memory_a_refused_insert_leaves_the_transaction_going() {
-        let log = memory::MemoryLog::new();
+    fn virtual_a_refused_insert_leaves_the_transaction_going() {
+        let log = r#virtual::VirtualLog::new();
         a_refused_insert_leaves_the_transaction_going(&mut log.clone(), &log);
     }
 }

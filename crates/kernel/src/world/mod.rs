@@ -30,12 +30,12 @@ mod append;
 mod archive;
 mod lifecycle;
 mod local;
-mod memory;
 mod postgres;
 mod reads;
 mod runs;
 mod stores;
 mod threads;
+mod r#virtual;
 
 use crate::artifacts::ArtifactStore;
 use crate::error::{Result, WorldError};

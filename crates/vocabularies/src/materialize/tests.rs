@@ -473,12 +473,12 @@ fn a_fold_resumed_from_a_snapshot_at_any_event_gives_the_same_state() {
 
 #[test]
 fn a_snapshot_is_used_only_while_its_text_and_the_log_agree_with_it() {
-    use little_world_kernel::store::memory::MemoryLog;
+    use little_world_kernel::store::r#virtual::VirtualLog;
     use little_world_kernel::store::{FoldSnapshots, LogWriter, Scope, StoredSnapshot};
     let pricing = Pricing::bundled();
     let n = snapshot::SNAPSHOT_EVERY as usize + 40;
     let rows = rows_with_ids("run_snap", &long_run(n));
-    let log = MemoryLog::new();
+    let log = VirtualLog::new();
     log.clone()
         .transaction(&Scope::NONE, &mut |tx| {
             rows.iter().try_for_each(|r| tx.insert(&r.as_ref()))
@@ -505,7 +505,7 @@ fn a_snapshot_is_used_only_while_its_text_and_the_log_agree_with_it() {
         sequence,
         state: format!("{}\n{body}", little_world_kernel::ids::sha256_tagged(body.as_bytes())),
     };
-    let other = MemoryLog::new();
+    let other = VirtualLog::new();
     other
         .clone()
         .transaction(&Scope::NONE, &mut |tx| {
@@ -539,7 +539,7 @@ fn a_snapshot_is_used_only_while_its_text_and_the_log_agree_with_it() {
         ),
     ];
     for (i, bad) in cases.into_iter().enumerate() {
-        let log = MemoryLog::new();
+        let log = VirtualLog::new();
         log.clone()
             .transaction(&Scope::NONE, &mut |tx| {
                 rows.iter().try_for_each(|r| tx.insert(&r.as_ref()))

@@ -259,7 +259,7 @@ fn one_holder_at_a_time_and_release_is_idempotent() {
     let dir = tempfile::tempdir().unwrap();
     for locks in [
         Locks::new(LocalLocks::open(dir.path()).unwrap()),
-        Locks::new(super::super::memory::MemoryLocks::new()),
+        Locks::new(super::super::r#virtual::VirtualLocks::new()),
     ] {
         let a = locks.acquire("run:run_a", Duration::ZERO).unwrap();
         let err = locks.acquire("run:run_a", Duration::from_millis(50)).unwrap_err();
@@ -546,7 +546,7 @@ fn close_lets_go_of_held_locks_and_stops_waiting_takers() {
     b.release("run:run_z", &z.token).unwrap();
 
     // The same in memory.
-    let m = Arc::new(Locks::new(super::super::memory::MemoryLocks::new()));
+    let m = Arc::new(Locks::new(super::super::r#virtual::VirtualLocks::new()));
     let held = m.acquire("run:run_m", Duration::ZERO).unwrap();
     let waiting = {
         let m = m.clone();

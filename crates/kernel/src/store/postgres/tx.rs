@@ -1,7 +1,7 @@
 //! The transaction the append rules see: what was read under the streams' locks, and the rows
 //! staged on top of it, written in one go at commit.
 //!
-//! A savepoint is a mark in the staged lists, as in the memory store: nothing reaches the server
+//! A savepoint is a mark in the staged lists, as in the virtual store: nothing reaches the server
 //! before the group's writes, so undoing an append is truncating what it staged. A question the
 //! transaction's [`Scope`](crate::store::Scope) did not announce is asked of the server on
 //! the spot (locking a stream first), which is slower and as correct.

@@ -8,14 +8,14 @@ use std::sync::Mutex;
 
 /// Artifacts kept in memory, by id.
 #[derive(Default)]
-pub struct MemoryArtifacts {
+pub struct VirtualArtifacts {
     map: Mutex<HashMap<String, (Manifest, Vec<u8>)>>,
 }
 
-impl MemoryArtifacts {
+impl VirtualArtifacts {
     /// An empty store.
-    pub fn new() -> MemoryArtifacts {
-        MemoryArtifacts::default()
+    pub fn new() -> VirtualArtifacts {
+        VirtualArtifacts::default()
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Manifest, Vec<u8>)>> {
@@ -23,7 +23,7 @@ impl MemoryArtifacts {
     }
 }
 
-impl ArtifactBackend for MemoryArtifacts {
+impl ArtifactBackend for VirtualArtifacts {
     fn publish(&self, manifest: Manifest, bytes: &[u8]) -> Result<Manifest> {
         let mut map = self.map();
         if let Some((m, _)) = map.get(&manifest.artifact_id) {

@@ -41,11 +41,11 @@ struct Store {
 
 /// A shared in-memory store; clone the handle to get another writer or reader onto it.
 #[derive(Clone, Default)]
-pub struct MemoryLog {
+pub struct VirtualLog {
     store: Arc<Mutex<Store>>,
 }
 
-impl MemoryLog {
+impl VirtualLog {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -56,7 +56,7 @@ impl MemoryLog {
     }
 }
 
-struct MemoryTx<'a> {
+struct VirtualTx<'a> {
     streams: &'a Streams,
     index: &'a Index,
     staged_index: Vec<StagedIndex>,
@@ -69,7 +69,7 @@ struct MemoryTx<'a> {
     mark: (usize, usize, usize, usize, usize, usize),
 }
 
-impl LogTx for MemoryTx<'_> {
+impl LogTx for VirtualTx<'_> {
     fn last_sequence(&mut self, run_id: &str) -> Result<u64> {
         let staged = self
             .staged
@@ -255,11 +255,11 @@ fn apply(open: u64, amount: u64, released: bool) -> u64 {
     }
 }
 
-impl LogWriter for MemoryLog {
+impl LogWriter for VirtualLog {
     fn transaction(&mut self, _scope: &Scope<'_>, body: &mut dyn FnMut(&mut dyn LogTx) -> Result<()>) -> Result<()> {
         let mut store = self.lock();
         let Store { streams, index, .. } = &mut *store;
-        let mut tx = MemoryTx {
+        let mut tx = VirtualTx {
             streams,
             index,
             staged_index: Vec::new(),
@@ -271,7 +271,7 @@ impl LogWriter for MemoryLog {
             mark: (0, 0, 0, 0, 0, 0),
         };
         body(&mut tx)?;
-        let MemoryTx {
+        let VirtualTx {
             staged,
             staged_terminals,
             staged_estimates,
@@ -333,7 +333,7 @@ impl LogWriter for MemoryLog {
     }
 }
 
-impl FoldSnapshots for MemoryLog {
+impl FoldSnapshots for VirtualLog {
     fn snapshot(&self, run_id: &str, key: &str) -> Result<Option<StoredSnapshot>> {
         Ok(self
             .lock()
@@ -355,7 +355,7 @@ impl FoldSnapshots for MemoryLog {
     }
 }
 
-impl LogReader for MemoryLog {
+impl LogReader for VirtualLog {
     fn fold_snapshots(&self) -> Option<&dyn FoldSnapshots> {
         Some(self)
     }

@@ -7,19 +7,19 @@ use std::sync::{Arc, Mutex};
 
 /// Manifests kept in memory, by id; one mutex serializes every write.
 #[derive(Default)]
-pub struct MemoryManifests {
+pub struct VirtualManifests {
     texts: Mutex<HashMap<String, String>>,
     turn: Arc<Mutex<()>>,
 }
 
-impl MemoryManifests {
+impl VirtualManifests {
     /// No manifest stored.
-    pub fn new() -> MemoryManifests {
-        MemoryManifests::default()
+    pub fn new() -> VirtualManifests {
+        VirtualManifests::default()
     }
 }
 
-impl ManifestStore for MemoryManifests {
+impl ManifestStore for VirtualManifests {
     fn place(&self, id: &str) -> String {
         format!("{id} (in memory)")
     }

@@ -7,18 +7,18 @@ use std::sync::Mutex;
 
 /// Locks kept in memory, by name.
 #[derive(Default)]
-pub struct MemoryLocks {
+pub struct VirtualLocks {
     owners: Mutex<HashMap<String, Owner>>,
 }
 
-impl MemoryLocks {
+impl VirtualLocks {
     /// No lock held.
-    pub fn new() -> MemoryLocks {
-        MemoryLocks::default()
+    pub fn new() -> VirtualLocks {
+        VirtualLocks::default()
     }
 }
 
-impl LockStore for MemoryLocks {
+impl LockStore for VirtualLocks {
     fn try_take(&self, name: &str, token: &str) -> Result<Attempt> {
         let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(owner) = owners.get(name) {
