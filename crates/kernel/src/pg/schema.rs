@@ -31,113 +31,11 @@ const APPLICATION: &str = "little-workflow";
 
 /// The steps from one version to the next; the schema's version is how many have run.
 const MIGRATIONS: &[&str] = &[
-    // 1
-    "CREATE TABLE {s}.runs (
-        run_id            text   PRIMARY KEY,
-        last_sequence     bigint NOT NULL DEFAULT 0,
-        first_recorded_at text,
-        last_recorded_at  text,
-        input_tokens      bigint NOT NULL DEFAULT 0,
-        output_tokens     bigint NOT NULL DEFAULT 0,
-        cached_tokens     bigint NOT NULL DEFAULT 0,
-        reasoning_tokens  bigint NOT NULL DEFAULT 0
-    );
-    CREATE TABLE {s}.events (
-        run_id          text   NOT NULL,
-        sequence        bigint NOT NULL CHECK (sequence >= 1),
-        event_id        text   NOT NULL,
-        type            text   NOT NULL,
-        idempotency_key text,
-        request_digest  text,
-        recorded_at     text   NOT NULL,
-        envelope        text   NOT NULL,
-        xid             xid8   NOT NULL DEFAULT pg_current_xact_id(),
-        PRIMARY KEY (run_id, sequence)
-    );
-    CREATE UNIQUE INDEX events_idempotency ON {s}.events (run_id, idempotency_key)
-        WHERE idempotency_key IS NOT NULL;
-    CREATE INDEX events_xid ON {s}.events (xid);
-    CREATE TABLE {s}.terminals (
-        run_id   text   NOT NULL,
-        node_id  text   NOT NULL,
-        sequence bigint NOT NULL,
-        type     text   NOT NULL,
-        PRIMARY KEY (run_id, node_id)
-    );
-    CREATE TABLE {s}.estimates (
-        run_id text   NOT NULL,
-        model  text   NOT NULL,
-        open   bigint NOT NULL CHECK (open >= 0),
-        PRIMARY KEY (run_id, model)
-    );
-    CREATE TABLE {s}.artifacts (
-        artifact_id text   PRIMARY KEY,
-        manifest    text   NOT NULL,
-        size_bytes  bigint NOT NULL,
-        chunks      int    NOT NULL
-    );
-    CREATE TABLE {s}.artifact_chunks (
-        artifact_id text  NOT NULL,
-        idx         int   NOT NULL,
-        data        bytea NOT NULL,
-        PRIMARY KEY (artifact_id, idx)
-    );
-    ALTER TABLE {s}.artifact_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
-    CREATE TABLE {s}.leases (
-        name        text        PRIMARY KEY,
-        owner       text,
-        fence       bigint      NOT NULL,
-        expires_at  timestamptz NOT NULL,
-        holder_pid  int,
-        holder_host text,
-        taken_at    timestamptz
-    );
-    CREATE TABLE {s}.outer_loops (
-        outer_loop_id text PRIMARY KEY,
-        manifest      text NOT NULL
-    );",
-    // 2: index entries, written in the transaction of the event that sets them. Compared by
-    // bytes (`C`), so listings come in the order SQLite's and the virtual store's do.
-    "CREATE TABLE {s}.index_entries (
-        name     text COLLATE \"C\" NOT NULL,
-        key      text COLLATE \"C\" NOT NULL,
-        value    text COLLATE \"C\" NOT NULL,
-        run_id   text   NOT NULL,
-        sequence bigint NOT NULL,
-        PRIMARY KEY (name, key)
-    );
-    CREATE INDEX index_entries_by_value ON {s}.index_entries (name, value, key);",
-    // 3: fold snapshots, a cache beside the log (see `vocabulary::Materializer`).
-    "CREATE TABLE {s}.fold_snapshots (
-        run_id   text   NOT NULL,
-        fold_key text   NOT NULL,
-        sequence bigint NOT NULL,
-        state    text   NOT NULL,
-        PRIMARY KEY (run_id, fold_key)
-    );",
-    // 4: the runs catalog (see `crate::catalog`): each stream's status beside its last
-    // sequence and times, written by the same upsert, and read a page at a time by last
-    // `recordedAt` (with or without a status) or by id, compared by bytes (`C`) as SQLite and the
-    // memory store compare them. Streams stored before get their status from
-    // [`backfill_catalog`]. `written_after` is the last sequence the stream's latest group
-    // started after: the upsert refuses (by the check on `last_sequence`) a group that started
-    // after another, as one from a writer's memory of a stream since deleted would.
-    "ALTER TABLE {s}.runs ADD COLUMN status text;
-    ALTER TABLE {s}.runs ADD COLUMN written_after bigint;
-    ALTER TABLE {s}.runs ADD CONSTRAINT runs_last_sequence_known CHECK (last_sequence >= 0);
-    ALTER TABLE {s}.runs ALTER COLUMN run_id TYPE text COLLATE \"C\";
-    ALTER TABLE {s}.runs ALTER COLUMN last_recorded_at TYPE text COLLATE \"C\";
-    CREATE INDEX runs_by_time ON {s}.runs (last_recorded_at, run_id) WHERE last_sequence > 0;
-    CREATE INDEX runs_by_status ON {s}.runs (status, last_recorded_at, run_id) WHERE last_sequence > 0;",
-    // 5: the manifests of artifacts whose bytes are in an object store (see
-    // `artifacts::objects`), by run for deleting a run's.
-    "CREATE TABLE {s}.artifact_objects (
-        artifact_id text   PRIMARY KEY,
-        run_id      text   NOT NULL,
-        manifest    text   NOT NULL,
-        size_bytes  bigint NOT NULL
-    );
-    CREATE INDEX artifact_objects_by_run ON {s}.artifact_objects (run_id);",
+    include_str!("migrations/001_tables.sql"),
+    include_str!("migrations/002_index_entries.sql"),
+    include_str!("migrations/003_fold_snapshots.sql"),
+    include_str!("migrations/004_runs_catalog.sql"),
+    include_str!("migrations/005_artifact_objects.sql"),
 ];
 
 /// This build's schema version.

@@ -294,14 +294,7 @@ impl<'a> PgTx<'a> {
             ..Default::default()
         };
         let (db, rt, conn) = (self.db, self.rt, self.conn);
-        rt.block_on(super::PgWriter::read_scope(
-            db,
-            conn,
-            &runs,
-            &[run],
-            &scope,
-            &mut self.known,
-        ))
+        rt.block_on(conn.read_scope(db, &runs, &[run], &scope, &mut self.known))
     }
 
     fn run(&mut self, run: &str) -> Result<&RunState> {

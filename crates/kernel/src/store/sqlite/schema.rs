@@ -35,106 +35,13 @@ pub const APPLICATION_ID: i32 = 0x4C57_5744;
 
 /// The steps from version N to N+1; the schema version is their count.
 const MIGRATIONS: &[&str] = &[
-    // 1: the event log.
-    "CREATE TABLE events (
-        run_id          TEXT    NOT NULL,
-        sequence        INTEGER NOT NULL CHECK (sequence >= 1),
-        event_id        TEXT    NOT NULL,
-        type            TEXT    NOT NULL,
-        idempotency_key TEXT,
-        request_digest  TEXT,
-        recorded_at     TEXT    NOT NULL,
-        envelope        TEXT    NOT NULL,
-        UNIQUE (run_id, sequence)
-    );
-    CREATE UNIQUE INDEX events_idempotency
-        ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL;",
-    // 2: the terminal events of run-event streams, one row per ended run (node_id '') or node, so
-    // an append can refuse what follows a run's end, or a node's second terminal, without a
-    // scan. The primary key is the backstop. Rows stored before this version are backfilled by
-    // [`backfill_terminals`].
-    "CREATE TABLE terminals (
-        run_id   TEXT    NOT NULL,
-        node_id  TEXT    NOT NULL,
-        sequence INTEGER NOT NULL,
-        type     TEXT    NOT NULL,
-        PRIMARY KEY (run_id, node_id)
-    ) WITHOUT ROWID;",
-    // 3: what each stream has committed and not released of each model's budget estimates, so an
-    // append can refuse a release of more than that, which the cost restore would read as a
-    // damaged log, without a scan. Only the open amount is kept: the checks keep it within
-    // 0 ..= 2^53 - 1, where gross sums could overflow. Rows stored before are summed in by
-    // [`backfill_estimates`].
-    "CREATE TABLE estimates (
-        run_id TEXT    NOT NULL,
-        model  TEXT    NOT NULL,
-        open   INTEGER NOT NULL,
-        PRIMARY KEY (run_id, model)
-    ) WITHOUT ROWID;",
-    // 4: only writers of this schema append (see the module's documentation). An earlier
-    // version's process has no such function, so its insert fails to prepare and stores nothing.
-    // Writers of this schema built before `fence_writer` turned triggers off registered the
-    // function (true for 4) and run the trigger: a later version replaces it with its own number,
-    // and they get the message.
-    "CREATE TRIGGER events_writer BEFORE INSERT ON events
-     WHEN NOT little_world_writer(4)
-     BEGIN
-        SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
-     END;",
-    // 5: each run's token counts so far, summed over its `harness.model.responded` events, so an
-    // append can refuse a call that would take a total past 2^53 - 1, which the materializer
-    // cannot sum exactly, without a scan. Rows stored before are summed in by [`backfill_usage`].
-    // The fence is raised to this version (see the module's documentation).
-    "CREATE TABLE usage_totals (
-        run_id              TEXT    NOT NULL PRIMARY KEY,
-        input_tokens        INTEGER NOT NULL,
-        output_tokens       INTEGER NOT NULL,
-        cached_input_tokens INTEGER NOT NULL,
-        reasoning_tokens    INTEGER NOT NULL
-    ) WITHOUT ROWID;
-    DROP TRIGGER events_writer;
-    CREATE TRIGGER events_writer BEFORE INSERT ON events
-     WHEN NOT little_world_writer(5)
-     BEGIN
-        SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
-     END;",
-    // 6: index entries, written in the transaction of the event that sets them (see
-    // `IndexEntry`): one row per `(index, key)`, held by the stream that wrote it, listed by key
-    // or by value then key. No event before this version wrote one. The fence is raised.
-    "CREATE TABLE index_entries (
-        name     TEXT    NOT NULL,
-        key      TEXT    NOT NULL,
-        value    TEXT    NOT NULL,
-        run_id   TEXT    NOT NULL,
-        sequence INTEGER NOT NULL,
-        PRIMARY KEY (name, key)
-    ) WITHOUT ROWID;
-    CREATE INDEX index_entries_by_value ON index_entries (name, value, key);
-    DROP TRIGGER events_writer;
-    CREATE TRIGGER events_writer BEFORE INSERT ON events
-     WHEN NOT little_world_writer(6)
-     BEGIN
-        SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
-     END;",
-    // 7: the runs catalog (see `crate::catalog`): one row per stream, written in the
-    // transaction of its events, read a page at a time by last `recordedAt` (with or without a
-    // status) or by id. Streams stored before are filled in by [`backfill_catalog`]. The fence is
-    // raised.
-    "CREATE TABLE runs (
-        run_id            TEXT    NOT NULL PRIMARY KEY,
-        last_sequence     INTEGER NOT NULL,
-        first_recorded_at TEXT    NOT NULL,
-        last_recorded_at  TEXT    NOT NULL,
-        status            TEXT    NOT NULL
-    ) WITHOUT ROWID;
-    CREATE INDEX runs_by_time ON runs (last_recorded_at, run_id);
-    CREATE INDEX runs_by_status ON runs (status, last_recorded_at, run_id);
-    DROP TRIGGER events_writer;
-    CREATE TRIGGER events_writer BEFORE INSERT ON events
-     WHEN NOT little_world_writer(7)
-     BEGIN
-        SELECT RAISE(ABORT, 'this world was upgraded by a newer version of @little-workflow/world: append with that version');
-     END;",
+    include_str!("migrations/001_events.sql"),
+    include_str!("migrations/002_terminals.sql"),
+    include_str!("migrations/003_estimates.sql"),
+    include_str!("migrations/004_writer_fence.sql"),
+    include_str!("migrations/005_usage_totals.sql"),
+    include_str!("migrations/006_index_entries.sql"),
+    include_str!("migrations/007_runs_catalog.sql"),
 ];
 
 /// The schema version this build writes.
