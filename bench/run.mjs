@@ -9,6 +9,11 @@
 // (d) listEvents of a 100,000-event run        (e) materializeRunState of a 100,000-event run
 // (f) readArtifact of 16 MiB
 // Each at durability full and normal. Every measurement runs in a fresh child process.
+//
+//   node bench/run.mjs --compare <addon.node>
+//
+// measures this build against another build of the addon (an earlier commit's, say) instead of
+// the baseline, interleaved in the same way: the ratio is how many times better this build is.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,7 +25,11 @@ import baselineLib from './dist/baseline/world.js';
 import { eventFor, machine, median, opensslSha256MBps } from './lib.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const { values } = parseArgs({ options: { rounds: { type: 'string', default: '3' }, only: { type: 'string', default: 'a,b,c,d,e,f' } } });
+const { values } = parseArgs({
+  options: { rounds: { type: 'string', default: '3' }, only: { type: 'string', default: 'a,b,c,d,e,f' }, compare: { type: 'string' } },
+});
+// The other side of each ratio: the TypeScript baseline, or another build of the addon.
+const other = values.compare === undefined ? 'baseline' : 'compared';
 const rounds = Number(values.rounds);
 const scenarios = values.only.split(',');
 const work = mkdtempSync(join(tmpdir(), 'little-bench-'));
@@ -50,6 +59,7 @@ async function prepare() {
   for (let i = 0; i < 100_000; i += 1000) await Promise.all(Array.from({ length: 1000 }, (_, j) => nativeLib.appendEvent(nw, 'run_big', eventFor(i + j))));
   writeFileSync(join(nDir, 'artifact-ref.txt'), (await nativeLib.writeArtifact(nw, art)).artifactRef);
   await nw.close();
+  if (other === 'compared') return;
   const bDir = join(work, 'dataset-baseline');
   const bw = new baselineLib.BaselineWorld(bDir, 'normal');
   for (let i = 0; i < 100_000; i += 1000) await Promise.all(Array.from({ length: 1000 }, (_, j) => bw.appendEvent('run_big', eventFor(i + j))));
@@ -58,7 +68,10 @@ async function prepare() {
 }
 
 function measure(kind, scenario, durability) {
-  const out = execFileSync(process.execPath, [join(here, 'scenario.mjs'), kind, scenario, durability, work], { encoding: 'utf8', maxBuffer: 1 << 20 });
+  // Another build runs as native, on the native datasets, loaded in place of this one.
+  const env = kind === 'compared' ? { ...process.env, NAPI_RS_NATIVE_LIBRARY_PATH: values.compare } : process.env;
+  const as = kind === 'compared' ? 'native' : kind;
+  const out = execFileSync(process.execPath, [join(here, 'scenario.mjs'), as, scenario, durability, work], { encoding: 'utf8', maxBuffer: 1 << 20, env });
   return JSON.parse(out.trim().split('\n').pop());
 }
 
@@ -84,7 +97,7 @@ for (let round = 1; round <= rounds; round++) {
         const big = opensslSha256MBps(16 * 1024 * 1024);
         if (big) bigCeilings.push(big);
       }
-      const order = round % 2 ? ['native', 'baseline'] : ['baseline', 'native'];
+      const order = round % 2 ? ['native', other] : [other, 'native'];
       for (const kind of order) {
         const key = `${s} ${durability} ${kind}`;
         if (!results.has(key)) results.set(key, []);
@@ -105,19 +118,20 @@ if (bigCeiling) {
 }
 const fmt = (v, unit) => (unit === 'ms' ? `${v.toFixed(1)} ms` : unit === 'MB/s' ? `${v.toFixed(0)} MB/s` : `${Math.round(v).toLocaleString('en-US')}/s`);
 console.log(`\nmedians of ${rounds} rounds (ratio: how many times better native is; higher is better)\n`);
-console.log('| scenario | durability | native | baseline | ratio | target | peak RSS native / baseline |');
+if (other === 'compared') console.log(`native: this build; compared: ${values.compare}\n`);
+console.log(`| scenario | durability | native | ${other} | ratio | target | peak RSS native / ${other} |`);
 console.log('| --- | --- | --- | --- | --- | --- | --- |');
 for (const s of scenarios) {
   for (const durability of ['full', 'normal']) {
     const n = results.get(`${s} ${durability} native`);
-    const b = results.get(`${s} ${durability} baseline`);
+    const b = results.get(`${s} ${durability} ${other}`);
     const unit = n[0].unit;
     const nv = median(n.map((x) => x.value));
     const bv = median(b.map((x) => x.value));
     const ratio = unit === 'ms' ? bv / nv : nv / bv;
-    let target = TARGET[`${s} ${durability}`];
+    let target = other === 'baseline' ? TARGET[`${s} ${durability}`] : undefined;
     let targetText = target ? `>= ${target[1]}x ${ratio >= target[1] ? 'met' : 'NOT met'}` : '';
-    if (s === 'f' && ceiling) {
+    if (s === 'f' && ceiling && other === 'baseline') {
       const share = nv / ceiling;
       targetText = `native at ${(share * 100).toFixed(0)}% of sha256 ceiling (target >= 75%) ${share >= 0.75 ? 'met' : 'NOT met'}`;
       if (bigCeiling) targetText += `; ${((nv / bigCeiling) * 100).toFixed(0)}% of sha256 on 16 MiB blocks`;
@@ -132,8 +146,8 @@ if (closing.length > 0) {
   for (const s of closing) {
     for (const durability of ['full', 'normal']) {
       const n = median(results.get(`${s} ${durability} native`).map((x) => x.withClose));
-      const b = median(results.get(`${s} ${durability} baseline`).map((x) => x.withClose));
-      console.log(`  ${NAMES[s]}, ${durability}: native ${fmt(n, 'appends/s')}, baseline ${fmt(b, 'appends/s')}, ${(n / b).toFixed(2)}x`);
+      const b = median(results.get(`${s} ${durability} ${other}`).map((x) => x.withClose));
+      console.log(`  ${NAMES[s]}, ${durability}: native ${fmt(n, 'appends/s')}, ${other} ${fmt(b, 'appends/s')}, ${(n / b).toFixed(2)}x`);
     }
   }
 }
@@ -141,8 +155,8 @@ if (scenarios.includes('b')) {
   console.log('\nevent-loop stall during (b): p99 gap between 1 ms timer ticks (target < 5 ms for native)');
   for (const durability of ['full', 'normal']) {
     const n = median(results.get(`b ${durability} native`).map((x) => x.stallP99Ms));
-    const b = median(results.get(`b ${durability} baseline`).map((x) => x.stallP99Ms));
-    console.log(`  ${durability}: native ${n.toFixed(2)} ms, baseline ${b.toFixed(2)} ms ${n < 5 ? '(met)' : '(NOT met)'}`);
+    const b = median(results.get(`b ${durability} ${other}`).map((x) => x.stallP99Ms));
+    console.log(`  ${durability}: native ${n.toFixed(2)} ms, ${other} ${b.toFixed(2)} ms ${n < 5 ? '(met)' : '(NOT met)'}`);
   }
 }
 rmSync(work, { recursive: true, force: true });

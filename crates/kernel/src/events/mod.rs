@@ -9,19 +9,26 @@
 //! rejected append writes nothing and consumes no sequence.
 
 mod commit;
+mod envelope;
 pub mod packed;
+mod payload;
 pub mod shape;
 
 pub use commit::{commit_batch, commit_imported, commit_now, commit_units, AppendOutcome, ImportedEvent, UnitOutcome};
+#[cfg(test)]
+use envelope::DIGEST_PLACEHOLDER;
+use envelope::{fill_placeholder, Head, EVENT_ID_PLACEHOLDER};
+pub use envelope::{sequence_of, EnvelopeFields, HeadLayout};
+use payload::offload_large_values;
+pub use payload::{check_payload, parse_payload, put_strings_back};
 
 use crate::artifacts::{artifact_id, ArtifactStore, Encoding, NewArtifact};
-use crate::canonical;
 use crate::catalog::{self, StatusChange};
 use crate::error::{Result, WorldError};
 use crate::ids;
-use crate::json_path::{JsonPath, Seg};
+use crate::json_path::JsonPath;
 use crate::store::LogReader;
-use crate::vocabulary::{self, Effects, Spillable, Stream, Usage};
+use crate::vocabulary::{self, Effects, Stream, Usage, Vocabulary};
 use serde_json::{Map, Value};
 
 /// The index through which a stream names the run that owns it: an entry whose key is the
@@ -264,150 +271,58 @@ fn deferred(keyed: bool, checked: Result<()>) -> Result<Option<WorldError>> {
 pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<PreparedAppend> {
     req.check_stream_id()?;
     let run = req.run_id.clone();
-    let run = run.as_str();
+    let for_run = |e: WorldError| e.for_run(&run);
     // The vocabulary that holds this append: the one that takes drafts for a draft, else the
     // one that knows its type (an unknown type is a generic fact, a newer writer's).
     let vocabulary = match req.draft {
         Some(_) => vocabulary::drafts(),
         None => vocabulary::owner(&req.event_type),
     };
-    // Its stream's id and its idempotency key may have to pass the screens, before any error
-    // could name the stream.
-    if vocabulary.is_some_and(|v| v.screens_ids()) {
-        let id_field = if req.draft == Some(Stream::Session) {
-            "sessionId"
-        } else {
-            "runId"
-        };
-        vocabulary::screen(&req.run_id, id_field)?;
-        if let Some(key) = &req.key {
-            vocabulary::screen(key, "appendIdempotencyKey").map_err(|e| e.for_run(run))?;
-        }
-    }
-    // What the envelope will take, at least (canonical JSON is rarely longer than its input).
-    let capacity = req.payload_json.len()
-        + req.strings.iter().map(String::len).sum::<usize>()
-        + 2 * req.run_id.len()
-        + 2 * req.event_type.len()
-        + 2 * req.key.as_ref().map_or(0, String::len)
-        + 256;
-    let mut payload = parse_payload(&req.payload_json).map_err(|e| e.for_run(run))?;
+    screen_ids(&req, vocabulary)?;
+    let capacity = envelope_capacity(&req);
+    let mut payload = parse_payload(&req.payload_json).map_err(for_run)?;
     if !req.strings.is_empty() {
-        put_strings_back(&mut payload, std::mem::take(&mut req.strings)).map_err(|e| e.for_run(run))?;
+        put_strings_back(&mut payload, std::mem::take(&mut req.strings)).map_err(for_run)?;
     }
-    let mut effects = Effects::default();
-    let mut estimate_root = "payload";
+    let held = hold_to(vocabulary, &mut req, &mut payload).map_err(for_run)?;
+    check_request(&req).map_err(for_run)?;
     // A keyed append's refusal for what its payload holds is kept, not returned (see `refused`).
     // Only the first counts, as when it was returned at once: no check after it runs.
-    let mut refused = None;
-    let keyed = req.key.is_some();
-    match (req.draft, vocabulary) {
-        (Some(stream), Some(v)) => {
-            // A draft: strictly validated as its stream's vocabulary; its own `type` field
-            // becomes the envelope's type and the rest the payload.
-            let Some(Value::String(t)) = payload.get("type") else {
-                return Err(WorldError::validation(
-                    format!("{}.type", v.root()),
-                    "must be a string naming the event type",
-                )
-                .for_run(run));
-            };
-            let t = t.clone();
-            v.check(stream, &t, &payload).map_err(|e| e.for_run(run))?;
-            payload.remove("type");
-            req.event_type = t;
-            effects = v.effects(stream, &req.event_type, &payload);
-            estimate_root = v.root();
-        }
-        (Some(_), None) => {
-            return Err(
-                WorldError::validation("event", "this build registers no vocabulary that takes drafts").for_run(run),
-            )
-        }
-        (None, Some(v)) => {
-            // A known type is held to its vocabulary, its errors named from `payload`.
-            let p = JsonPath::new("payload").render();
-            let checked = v
-                .check(Stream::Run, &req.event_type, &payload)
-                .map_err(|e| rebase(e, v.root(), &p));
-            refused = deferred(keyed, checked).map_err(|e| e.for_run(run))?;
-            effects = v.effects(Stream::Run, &req.event_type, &payload);
-        }
-        (None, None) => {}
+    let refused = match held.refused {
+        Some(e) => Some(e),
+        None => deferred(req.key.is_some(), check_payload(&payload, artifacts)).map_err(for_run)?,
     }
-    check_type(&req.event_type).map_err(|e| e.for_run(run))?;
-    check_index(&req.index).map_err(|e| e.for_run(run))?;
-    if let Some(key) = &req.key {
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
-            return Err(WorldError::validation(
-                "appendIdempotencyKey",
-                format!("must be a non-empty string of at most {MAX_KEY_LEN} bytes"),
-            )
-            .for_run(run));
-        }
-    } else if vocabulary::requires_key(&req.event_type) {
-        return Err(WorldError::validation(
-            "appendIdempotencyKey",
-            format!("{} appends require an appendIdempotencyKey", req.event_type),
-        )
-        .for_run(run));
-    }
-    if refused.is_none() {
-        refused = deferred(keyed, check_payload(&payload, artifacts)).map_err(|e| e.for_run(run))?;
-    }
-    let refused = refused.map(|e| e.for_run(run));
+    .map(for_run);
     // Large values are moved out of a refused payload too, so that its digest is the one stored
     // for the same request before; nothing is stored for it.
     let spill = vocabulary
         .and_then(|v| v.spillable(&req.event_type, &payload))
-        .and_then(|s| offload_large_values(s, &mut payload, run, artifacts));
+        .and_then(|s| offload_large_values(s, &mut payload, &run, artifacts));
     let Effects {
         terminal,
         estimate,
         usage,
-    } = effects;
-    let estimate = estimate.map(|e| estimate_at(e, estimate_root));
-    let (terminal, estimate, spill, usage) = match refused {
-        Some(_) => (None, None, None, None),
-        None => (terminal, estimate, spill, usage),
+    } = held.effects;
+    let (terminal, estimate, spill, usage, status) = match refused {
+        Some(_) => (None, None, None, None, StatusChange::Keep),
+        None => (
+            terminal,
+            estimate.map(|e| estimate_at(e, held.estimate_root)),
+            spill,
+            usage,
+            catalog::status_change(&req.run_id, &req.event_type, &payload),
+        ),
     };
-    let status = match refused {
-        Some(_) => StatusChange::Keep,
-        None => catalog::status_change(&req.run_id, &req.event_type, &payload),
-    };
-    let mut text = Vec::with_capacity(capacity);
-    let layout = EnvelopeFields {
-        event_id: EVENT_ID_PLACEHOLDER,
-        run_id: &req.run_id,
-        sequence: 0,
-        event_type: &req.event_type,
-        key: req.key.as_deref(),
-        digest: req.key.as_ref().map(|_| DIGEST_PLACEHOLDER),
-        recorded_at: "",
-    }
-    .write_head(&mut text);
-    let (id_at, payload_at) = (layout.event_id, layout.payload);
-    canonical::write_value(&Value::Object(payload), &mut text);
-    // Only valid UTF-8 was written: string contents are copied whole from `&str`s.
-    let mut head = String::from_utf8(text).expect("canonical JSON is UTF-8");
-    let canonical = &head[payload_at..];
-    let digest = req
-        .key
-        .as_ref()
-        .map(|_| ids::request_digest(&req.run_id, &req.event_type, canonical));
-    let id_prefix = ids::event_id_prefix(&req.run_id, canonical);
-    if let (Some(d), Some(at)) = (&digest, layout.digest) {
-        fill_placeholder(&mut head, at, DIGEST_PLACEHOLDER, d);
-    }
+    let head = Head::write(&req, payload, capacity);
     Ok(PreparedAppend {
         run_id: req.run_id,
         event_type: req.event_type,
-        head,
-        id_at,
-        payload_at,
-        id_prefix,
+        head: head.text,
+        id_at: head.id_at,
+        payload_at: head.payload_at,
+        id_prefix: head.id_prefix,
         key: req.key,
-        digest,
+        digest: head.digest,
         terminal,
         estimate,
         usage,
@@ -417,6 +332,107 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
         index: req.index,
         status,
     })
+}
+
+/// Refuse a credential in the stream's id or the idempotency key of an append whose vocabulary
+/// screens them, before any error could name the stream.
+fn screen_ids(req: &AppendRequest, vocabulary: Option<&dyn Vocabulary>) -> Result<()> {
+    if !vocabulary.is_some_and(|v| v.screens_ids()) {
+        return Ok(());
+    }
+    let id_field = if req.draft == Some(Stream::Session) {
+        "sessionId"
+    } else {
+        "runId"
+    };
+    vocabulary::screen(&req.run_id, id_field)?;
+    if let Some(key) = &req.key {
+        vocabulary::screen(key, "appendIdempotencyKey").map_err(|e| e.for_run(&req.run_id))?;
+    }
+    Ok(())
+}
+
+/// What the envelope will take, at least (canonical JSON is rarely longer than its input).
+fn envelope_capacity(req: &AppendRequest) -> usize {
+    req.payload_json.len()
+        + req.strings.iter().map(String::len).sum::<usize>()
+        + 2 * req.run_id.len()
+        + 2 * req.event_type.len()
+        + 2 * req.key.as_ref().map_or(0, String::len)
+        + 256
+}
+
+/// What an append's vocabulary said of it.
+struct Held {
+    effects: Effects,
+    /// Where the paths of its estimate's errors start.
+    estimate_root: &'static str,
+    /// A keyed append's refusal for what its payload holds (see [`deferred`]).
+    refused: Option<WorldError>,
+}
+
+/// Hold an append to its vocabulary. A draft is validated strictly, and its own `type` field
+/// becomes the envelope's type and the rest the payload; a known type's errors are named from
+/// `payload`; an unknown type is held to nothing here.
+fn hold_to(
+    vocabulary: Option<&dyn Vocabulary>,
+    req: &mut AppendRequest,
+    payload: &mut Map<String, Value>,
+) -> Result<Held> {
+    let mut held = Held {
+        effects: Effects::default(),
+        estimate_root: "payload",
+        refused: None,
+    };
+    match (req.draft, vocabulary) {
+        (Some(stream), Some(v)) => {
+            let Some(Value::String(t)) = payload.get("type") else {
+                return Err(WorldError::validation(
+                    format!("{}.type", v.root()),
+                    "must be a string naming the event type",
+                ));
+            };
+            let t = t.clone();
+            v.check(stream, &t, payload)?;
+            payload.remove("type");
+            req.event_type = t;
+            held.effects = v.effects(stream, &req.event_type, payload);
+            held.estimate_root = v.root();
+        }
+        (Some(_), None) => {
+            return Err(WorldError::validation(
+                "event",
+                "this build registers no vocabulary that takes drafts",
+            ))
+        }
+        (None, Some(v)) => {
+            let p = JsonPath::new("payload").render();
+            let checked = v
+                .check(Stream::Run, &req.event_type, payload)
+                .map_err(|e| rebase(e, v.root(), &p));
+            held.refused = deferred(req.key.is_some(), checked)?;
+            held.effects = v.effects(Stream::Run, &req.event_type, payload);
+        }
+        (None, None) => {}
+    }
+    Ok(held)
+}
+
+/// The rules of an append's type, index writes and idempotency key.
+fn check_request(req: &AppendRequest) -> Result<()> {
+    check_type(&req.event_type)?;
+    check_index(&req.index)?;
+    match &req.key {
+        Some(key) if key.is_empty() || key.len() > MAX_KEY_LEN => Err(WorldError::validation(
+            "appendIdempotencyKey",
+            format!("must be a non-empty string of at most {MAX_KEY_LEN} bytes"),
+        )),
+        None if vocabulary::requires_key(&req.event_type) => Err(WorldError::validation(
+            "appendIdempotencyKey",
+            format!("{} appends require an appendIdempotencyKey", req.event_type),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The answer to an append prepared with a refusal: the stored envelope when this very request
@@ -443,21 +459,6 @@ impl PreparedAppend {
     }
 }
 
-/// Stands for an event id (`evt_` and 16 hex digits) in a prepared head.
-pub(super) const EVENT_ID_PLACEHOLDER: &str = "evt_0000000000000000";
-
-/// Stands for a request digest (`sha256:` and 64 hex digits) in a prepared head.
-const DIGEST_PLACEHOLDER: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
-
-/// Write `with` over `placeholder`, which `text` holds at `at`; both are ASCII of one length.
-pub(super) fn fill_placeholder(text: &mut String, at: usize, placeholder: &str, with: &str) {
-    assert!(
-        with.is_ascii() && with.len() == placeholder.len() && text.get(at..at + with.len()) == Some(placeholder),
-        "a placeholder is filled with what it stands for"
-    );
-    text.replace_range(at..at + with.len(), with);
-}
-
 /// Re-root a validation error's path (`event.nodeId` → `payload.nodeId`).
 fn rebase(e: WorldError, from: &str, to: &str) -> WorldError {
     match e {
@@ -481,217 +482,6 @@ fn check_type(event_type: &str) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// Parse a payload's JSON text; it must be an object.
-pub fn parse_payload(text: &str) -> Result<Map<String, Value>> {
-    match canonical::parse(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(WorldError::validation("payload", "must be a JSON object")),
-        Err(e) => Err(WorldError::validation("payload", e.to_string())),
-    }
-}
-
-/// Put the strings sent beside a payload's JSON text in the places of their placeholders; each
-/// must be used exactly once.
-pub fn put_strings_back(payload: &mut Map<String, Value>, strings: Vec<String>) -> Result<()> {
-    fn walk(v: &mut Value, strings: &mut [Option<String>]) -> std::result::Result<(), String> {
-        match v {
-            Value::String(s) if s.starts_with('\0') => {
-                let slot = s[1..].parse::<usize>().ok().and_then(|i| strings.get_mut(i));
-                *s = slot
-                    .and_then(Option::take)
-                    .ok_or_else(|| format!("{s:?} names no unused string sent beside the payload"))?;
-                Ok(())
-            }
-            Value::Array(items) => items.iter_mut().try_for_each(|item| walk(item, strings)),
-            Value::Object(map) => map.values_mut().try_for_each(|item| walk(item, strings)),
-            _ => Ok(()),
-        }
-    }
-    let mut slots: Vec<Option<String>> = strings.into_iter().map(Some).collect();
-    payload
-        .values_mut()
-        .try_for_each(|v| walk(v, &mut slots))
-        .and_then(|()| match slots.iter().position(Option::is_some) {
-            Some(i) => Err(format!("string {i} sent beside the payload has no placeholder")),
-            None => Ok(()),
-        })
-        .map_err(|reason| WorldError::RuntimeIntegrity {
-            reason: format!("internal error: the binding sent a malformed payload: {reason}"),
-        })
-}
-
-/// The payload rules every type shares.
-pub fn check_payload(payload: &Map<String, Value>, artifacts: &dyn Artifacts) -> Result<()> {
-    let mut path = JsonPath::new("payload");
-    scan_object(payload, &mut path, artifacts)
-}
-
-/// Walk the payload: refuse `costUsd` in any usage object, and check every artifact reference.
-fn scan<'v>(v: &'v Value, path: &mut JsonPath<'v>, artifacts: &dyn Artifacts) -> Result<()> {
-    match v {
-        Value::String(s) if ids::is_artifact_ref(s) => {
-            let id = &s["artifact://".len()..];
-            if !artifacts.artifact_exists(id)? {
-                return Err(WorldError::ArtifactNotFound {
-                    artifact_id: id.to_string(),
-                    run_id: None,
-                    path: Some(path.render()),
-                });
-            }
-            Ok(())
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                path.push(Seg::Index(i));
-                scan(item, path, artifacts)?;
-                path.pop();
-            }
-            Ok(())
-        }
-        Value::Object(map) => scan_object(map, path, artifacts),
-        _ => Ok(()),
-    }
-}
-
-fn scan_object<'v>(map: &'v Map<String, Value>, path: &mut JsonPath<'v>, artifacts: &dyn Artifacts) -> Result<()> {
-    for (k, v) in map {
-        path.push(Seg::Key(k));
-        if k == "usage" {
-            if let Some(usage) = v.as_object() {
-                if usage.contains_key("costUsd") {
-                    return Err(WorldError::validation(
-                        path.render_with("costUsd"),
-                        "events are token-only: a usage object may not carry costUsd (cost is computed at materialization)",
-                    ));
-                }
-            }
-        }
-        scan(v, path, artifacts)?;
-        path.pop();
-    }
-    Ok(())
-}
-
-/// Put a reference to a `json` artifact in the place of a large output, args or result; the
-/// artifact itself is stored by the writer (see [`PreparedAppend::spill`]).
-fn offload_large_values(
-    spillable: Spillable,
-    payload: &mut Map<String, Value>,
-    run_id: &str,
-    artifacts: &dyn Artifacts,
-) -> Option<Spill> {
-    let (field, ref_field, step_path) = (spillable.field, spillable.reference, spillable.step_path);
-    // A payload with both the value and its reference is refused (and only a refused one has
-    // both): moving the value would overwrite the reference it gave, and could make its digest
-    // that of another request.
-    if payload.contains_key(ref_field) {
-        return None;
-    }
-    let value = payload.get(field)?;
-    let text = canonical::to_string(value);
-    if text.len() < INLINE_LIMIT {
-        return None;
-    }
-    let artifact_id = artifacts.json_id(run_id, &step_path, field, &text);
-    payload.remove(field);
-    payload.insert(
-        ref_field.to_string(),
-        Value::String(format!("artifact://{artifact_id}")),
-    );
-    Some(Spill {
-        step_path,
-        name: field,
-        text,
-        artifact_id,
-    })
-}
-
-/// The sequence of a canonical envelope: its last `,"sequence":` (the type after it is a string
-/// literal, whose quotes are escaped) is followed by it.
-pub fn sequence_of(envelope: &str) -> Option<u64> {
-    const FIELD: &str = ",\"sequence\":";
-    let at = envelope.rfind(FIELD)? + FIELD.len();
-    let digits = envelope[at..].split(',').next()?;
-    digits.parse().ok()
-}
-
-/// Everything of an envelope but its payload. The canonical envelope is
-/// `{[key,][digest,]"eventId":…,"payload":<payload>,"recordedAt":…,"runId":…,"sequence":…,"type":…}`
-/// (its keys are ASCII, in sorted order); this writes the parts before and after the payload, for
-/// building envelopes and for finding the payload inside a stored one.
-#[derive(Debug, Clone, Copy)]
-pub struct EnvelopeFields<'a> {
-    pub event_id: &'a str,
-    pub run_id: &'a str,
-    pub sequence: u64,
-    pub event_type: &'a str,
-    pub key: Option<&'a str>,
-    pub digest: Option<&'a str>,
-    pub recorded_at: &'a str,
-}
-
-/// Where [`EnvelopeFields::write_head`] wrote what a prepared head fills in later: the byte offsets
-/// in its output of the digest's and the event id's text (inside their quotes) and of the payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeadLayout {
-    pub digest: Option<usize>,
-    pub event_id: usize,
-    pub payload: usize,
-}
-
-impl EnvelopeFields<'_> {
-    /// Append the envelope's text up to and including `"payload":`; returns where it put the
-    /// digest, the event id and where the payload goes.
-    pub fn write_head(&self, out: &mut Vec<u8>) -> HeadLayout {
-        use canonical::write_str;
-        // A string's text starts after its opening quote.
-        let text_at = |out: &Vec<u8>| out.len() + 1;
-        out.push(b'{');
-        if let Some(k) = self.key {
-            out.extend_from_slice(b"\"appendIdempotencyKey\":");
-            write_str(k, out);
-            out.push(b',');
-        }
-        let mut digest = None;
-        if let Some(d) = self.digest {
-            out.extend_from_slice(b"\"canonicalRequestDigest\":");
-            digest = Some(text_at(out));
-            write_str(d, out);
-            out.push(b',');
-        }
-        out.extend_from_slice(b"\"eventId\":");
-        let event_id = text_at(out);
-        write_str(self.event_id, out);
-        out.extend_from_slice(b",\"payload\":");
-        HeadLayout {
-            digest,
-            event_id,
-            payload: out.len(),
-        }
-    }
-
-    /// Append the envelope's text after the payload, from `,"recordedAt":` to the closing brace.
-    pub fn write_tail(&self, out: &mut Vec<u8>) {
-        use canonical::write_str;
-        out.extend_from_slice(b",\"recordedAt\":");
-        write_str(self.recorded_at, out);
-        out.extend_from_slice(b",\"runId\":");
-        write_str(self.run_id, out);
-        out.extend_from_slice(b",\"sequence\":");
-        out.extend_from_slice(itoa::Buffer::new().format(self.sequence).as_bytes());
-        out.extend_from_slice(b",\"type\":");
-        write_str(self.event_type, out);
-        out.push(b'}');
-    }
-
-    /// [`EnvelopeFields::write_tail`] onto a finished head.
-    pub fn finish(&self, envelope: &mut String) {
-        let mut tail = Vec::with_capacity(64 + self.run_id.len() + self.event_type.len());
-        self.write_tail(&mut tail);
-        envelope.push_str(&String::from_utf8(tail).expect("canonical JSON is UTF-8"));
-    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! references, canonical envelopes and the log's shape check.
 
 use super::*;
+use crate::canonical;
 use crate::store::postgres;
 use crate::store::r#virtual::VirtualLog;
 use crate::store::sqlite::{self, Durability};

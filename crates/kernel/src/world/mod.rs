@@ -28,6 +28,7 @@
 
 mod append;
 mod archive;
+mod import;
 mod lifecycle;
 mod local;
 mod postgres;
@@ -53,7 +54,8 @@ use std::sync::{Arc, Mutex};
 use threads::{prep_loop, spawn, writer_loop, Backlog, BacklogCloser, ReadOnlyLog, Snapshots, ToWriter};
 
 pub use append::{INLINE_PREP_MAX, INLINE_UNDER_LOAD_MAX};
-pub use archive::{Export, Import};
+pub use archive::Export;
+pub use import::Import;
 pub use lifecycle::OWNER_INDEX;
 pub use threads::MAX_GROUP;
 

@@ -16,17 +16,20 @@
 //! - `harness.session.started` is recorded per role; a later session of the same role with
 //!   another `manifestHash`, or a hash that is not sha256 of the canonical manifest, is drift.
 
+mod envelope;
 mod priced;
 pub mod pricing;
 pub mod snapshot;
+mod stored;
 
+use envelope::{boxed, parse_envelope, without_extra_mistyped, Fields};
 pub use priced::Priced;
+pub use stored::fold_stored;
 
 use little_world_kernel::canonical;
 use little_world_kernel::error::{Result, WorldError};
 use little_world_kernel::ids;
 use pricing::{femto_to_usd, Femto, Pricing};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
@@ -133,148 +136,6 @@ pub struct Fold<'p> {
     last_recorded_at: Option<String>,
     /// The event id of the last event folded, which a snapshot of this state names.
     last_event_id: String,
-}
-
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(rename = "eventId", borrow)]
-    event_id: Cow<'a, str>,
-    #[serde(rename = "runId", borrow)]
-    run_id: Cow<'a, str>,
-    sequence: u64,
-    #[serde(rename = "type", borrow)]
-    event_type: Cow<'a, str>,
-    #[serde(rename = "recordedAt", borrow)]
-    recorded_at: Cow<'a, str>,
-    #[serde(borrow)]
-    payload: &'a RawValue,
-}
-
-/// Every payload field the fold reads, from any known type; absent fields are `None`. Every type
-/// allows extra fields, so a name one type reads may hold anything on another (a `model` string on
-/// a `StepStarted`): [`Fold::apply`] then reads the payload without such fields (see
-/// [`without_extra_mistyped`]), as if they were absent. A field of the type's own shape that does
-/// not read is a broken payload, as before.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct Fields<'a> {
-    #[serde(borrow)]
-    step_path: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    step_kind: Option<Cow<'a, str>>,
-    #[serde(borrow, deserialize_with = "present")]
-    output: Option<&'a RawValue>,
-    #[serde(borrow)]
-    output_ref: Option<Cow<'a, str>>,
-    #[serde(borrow, deserialize_with = "present")]
-    error: Option<&'a RawValue>,
-    #[serde(borrow)]
-    workflow_version_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    group_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    run_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    manifest: Option<&'a RawValue>,
-    #[serde(borrow)]
-    manifest_hash: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    model: Option<ModelField<'a>>,
-    response: Option<ResponseField>,
-    #[serde(borrow)]
-    outer_loop_id: Option<Cow<'a, str>>,
-    cycle_number: Option<u64>,
-    #[serde(borrow)]
-    supervise: Option<Supervise<'a>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ModelField<'a> {
-    #[serde(borrow)]
-    provider: Cow<'a, str>,
-    #[serde(borrow)]
-    model_id: Cow<'a, str>,
-}
-
-#[derive(Deserialize)]
-struct ResponseField {
-    #[serde(default)]
-    usage: Option<UsageField>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct UsageField {
-    input_tokens: u64,
-    output_tokens: u64,
-    #[serde(default)]
-    cached_input_tokens: u64,
-    #[serde(default)]
-    reasoning_tokens: u64,
-}
-
-#[derive(Deserialize)]
-struct Supervise<'a> {
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-    #[serde(rename = "finalOutput", borrow, default, deserialize_with = "present")]
-    final_output: Option<&'a RawValue>,
-}
-
-/// The payload `text` of an event of type `t` without the extra fields [`Fields`] cannot read as
-/// the type it reads them as; or why the payload is broken: it is not an object, or a field of
-/// `t`'s own shape does not read. Only for a payload that did not read whole: that is rare, and
-/// reading each field on its own costs twice what reading the payload does. A reason never quotes
-/// a value (a payload may hold secrets).
-fn without_extra_mistyped(t: &str, text: &str) -> std::result::Result<String, String> {
-    let fields = serde_json::from_str::<PayloadFields<'_>>(text)
-        .map_err(|_| format!("the {t} payload is not a JSON object"))?
-        .0;
-    let mut kept = Vec::with_capacity(fields.len());
-    for (name, value) in fields {
-        let field = format!("{{{}:{}}}", canonical::string_literal(&name), value.get());
-        if serde_json::from_str::<Fields<'_>>(&field).is_ok() {
-            kept.push(field[1..field.len() - 1].to_string());
-        } else if crate::log_types::declares(t, &name) {
-            return Err(format!("the {t} payload's {name} is not what a {t} carries there"));
-        }
-    }
-    Ok(format!("{{{}}}", kept.join(",")))
-}
-
-/// The fields of a JSON object, in order, each value as it is written.
-struct PayloadFields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
-
-impl<'de> Deserialize<'de> for PayloadFields<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = PayloadFields<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
-                let mut out = Vec::new();
-                while let Some(entry) = map.next_entry::<Cow<'de, str>, &'de RawValue>()? {
-                    out.push(entry);
-                }
-                Ok(PayloadFields(out))
-            }
-        }
-        d.deserialize_map(Fields)
-    }
-}
-
-/// A field that is present, even as `null` (serde would read a `null` as absent).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue as Deserialize>::deserialize(d).map(Some)
-}
-
-fn boxed(raw: &RawValue) -> Box<RawValue> {
-    raw.to_owned()
 }
 
 impl<'p> Fold<'p> {
@@ -720,63 +581,6 @@ pub fn fold_events_json(run_id: &str, events_json: &str, pricing: &Pricing) -> R
     Ok(fold.state_json())
 }
 
-/// The envelope of the `sequence`th event of `run_id`, or why it is corrupt.
-fn parse_envelope<'a>(run_id: &str, sequence: u64, text: &'a str) -> Result<Envelope<'a>> {
-    serde_json::from_str(text).map_err(|e| WorldError::EventLogCorrupt {
-        run_id: Some(run_id.to_string()),
-        sequence: Some(sequence),
-        reason: format!("envelope does not parse: {e}"),
-    })
-}
-
-/// Runs with at least this many events are folded by two threads (see [`fold_stored`]).
-const PIPELINE_AT: u64 = 8192;
-
-/// Envelopes handed from the reading thread to the folding one at a time.
-const BATCH: usize = 512;
-
-/// Parsed envelopes in transit: their strings, end to end, and per event its sequence and where
-/// its run id, event id, type, `recordedAt` and payload end in `text`.
-#[derive(Default)]
-struct Batch {
-    text: String,
-    events: Vec<(u64, [usize; 5])>,
-}
-
-impl Batch {
-    fn push(&mut self, env: &Envelope<'_>) {
-        let mut ends = [0; 5];
-        for (end, piece) in ends.iter_mut().zip([
-            &*env.run_id,
-            &*env.event_id,
-            &*env.event_type,
-            &*env.recorded_at,
-            env.payload.get(),
-        ]) {
-            self.text.push_str(piece);
-            *end = self.text.len();
-        }
-        self.events.push((env.sequence, ends));
-    }
-
-    fn fold_into(&self, fold: &mut Fold<'_>) -> Result<()> {
-        let mut start = 0;
-        for &(sequence, [run, id, t, at, payload]) in &self.events {
-            let s = &self.text;
-            fold.apply(
-                &s[start..run],
-                sequence,
-                &s[run..id],
-                &s[id..t],
-                &s[t..at],
-                &s[at..payload],
-            )?;
-            start = payload;
-        }
-        Ok(())
-    }
-}
-
 /// The key of a model in `usageByModel`: `provider/modelId`, with each `%` and `/` of the
 /// provider written `%25` and `%2F`, so that the first `/` always ends the provider and two
 /// models never share a key (`openrouter` + `meta/llama` is `openrouter/meta/llama`,
@@ -793,72 +597,6 @@ pub fn model_key(provider: &str, model_id: &str) -> String {
     key.push('/');
     key.push_str(model_id);
     key
-}
-
-/// Fold a run straight from a store's rows, from its latest snapshot where the store keeps them
-/// (see [`snapshot`]).
-pub fn fold_stored(
-    reader: &dyn little_world_kernel::store::LogReader,
-    run_id: &str,
-    pricing: &Pricing,
-) -> Result<String> {
-    Ok(fold_from_store(reader, run_id, pricing)?.state_json())
-}
-
-/// The fold of a run's stored events: from its latest usable snapshot, then the events after it.
-/// A long stretch is folded by two threads, since the JavaScript thread only waits meanwhile: one
-/// reads the rows and parses the envelopes (about half the work), handing them over in batches,
-/// while the other folds them in order.
-fn fold_from_store<'p>(
-    reader: &dyn little_world_kernel::store::LogReader,
-    run_id: &str,
-    pricing: &'p Pricing,
-) -> Result<Fold<'p>> {
-    let last = reader.last_sequence(run_id)?;
-    let mut fold = snapshot::resume(reader, run_id, pricing, last)?.unwrap_or_else(|| Fold::new(run_id, pricing));
-    let after = fold.event_count;
-    if last.saturating_sub(after) >= PIPELINE_AT {
-        let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(4);
-        let piped = std::thread::scope(|scope| {
-            let reading = little_world_kernel::runtime::start_scoped(scope, "little-world-fold", move || {
-                let mut batch = Batch::default();
-                let mut sequence = after;
-                let read = reader.envelopes(run_id, after, None, &mut |text| {
-                    sequence += 1;
-                    batch.push(&parse_envelope(run_id, sequence, text)?);
-                    if batch.events.len() == BATCH && tx.send(Ok(std::mem::take(&mut batch))).is_err() {
-                        // The folding thread stopped at an error of its own: stop reading.
-                        return Err(WorldError::Closed);
-                    }
-                    Ok(())
-                });
-                // What was read before an envelope that does not parse is folded first, so the
-                // error reported is the first in sequence order, as when folding on one thread.
-                if tx.send(Ok(batch)).is_ok() {
-                    if let Err(e) = read {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            })
-            // At the process's thread limit, this thread does it all (below).
-            .ok()?;
-            let folded = rx.iter().try_for_each(|batch| batch?.fold_into(&mut fold));
-            // On an error the receiver goes first, so the reading thread stops at its next batch.
-            drop(rx);
-            Some(
-                reading
-                    .join()
-                    .map_err(little_world_kernel::runtime::panic_error)
-                    .and(folded),
-            )
-        });
-        if let Some(folded) = piped {
-            folded?;
-            return Ok(fold);
-        }
-    }
-    reader.envelopes(run_id, fold.event_count, None, &mut |env| fold.push(env))?;
-    Ok(fold)
 }
 
 #[cfg(test)]

@@ -291,7 +291,7 @@ pub fn take(reader: &dyn LogReader, run_id: &str, pricing: &Pricing) -> Result<(
     let Some(store) = reader.fold_snapshots() else {
         return Ok(());
     };
-    let fold = super::fold_from_store(reader, run_id, pricing)?;
+    let fold = super::stored::fold_from_store(reader, run_id, pricing)?;
     if fold.event_count < SNAPSHOT_EVERY {
         return Ok(());
     }

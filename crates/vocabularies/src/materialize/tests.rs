@@ -1,5 +1,6 @@
 //! The materializer: hand-computed cases, exact money, refused logs, and the two-thread fold.
 
+use super::stored::{BATCH, PIPELINE_AT};
 use super::*;
 use serde_json::json;
 
