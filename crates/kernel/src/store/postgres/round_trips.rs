@@ -151,8 +151,8 @@ impl<'a> Questions<'a> {
         let keys: [&(dyn ToSql + Sync); 2] = [&self.key_runs, &self.keys];
         let nodes: [&(dyn ToSql + Sync); 2] = [&self.node_runs, &self.nodes];
         let estimates: [&(dyn ToSql + Sync); 1] = [&self.estimate_runs];
-        let ((), locked, keyed, ended, estimates) = futures_util::try_join!(
-            execute_if(
+        let (_, locked, keyed, ended, estimates) = futures_util::try_join!(
+            query_if(
                 db,
                 c,
                 &c.st.ensure_runs,
@@ -309,7 +309,7 @@ impl Conn {
         };
         let (begun, runs, events, ends, estimates, set, removed, guarded, committed, ()) = futures_util::join!(
             begun,
-            execute_if(
+            query_if(
                 db,
                 c,
                 &c.st.put_runs,
@@ -317,7 +317,7 @@ impl Conn {
                 !w.runs.is_empty(),
                 "recording the streams' last sequences"
             ),
-            execute_if(
+            query_if(
                 db,
                 c,
                 &c.st.insert_events,
@@ -325,7 +325,7 @@ impl Conn {
                 !e.0.is_empty(),
                 "inserting events"
             ),
-            execute_if(
+            query_if(
                 db,
                 c,
                 &c.st.insert_terminals,
@@ -333,7 +333,7 @@ impl Conn {
                 !t.0.is_empty(),
                 "recording stream ends"
             ),
-            execute_if(
+            query_if(
                 db,
                 c,
                 &c.st.put_estimates,
@@ -341,7 +341,7 @@ impl Conn {
                 !es.0.is_empty(),
                 "recording budget estimates"
             ),
-            execute_if(
+            query_if(
                 db,
                 c,
                 &c.st.put_index,
@@ -349,7 +349,7 @@ impl Conn {
                 !set.0.is_empty(),
                 "writing index entries"
             ),
-            execute_if(
+            query_if(
                 db,
                 c,
                 &c.st.drop_index,
@@ -364,14 +364,20 @@ impl Conn {
         Sent {
             begun,
             // The first failure is the cause; the guard's and the commit's follow from it.
-            written: runs.and(events).and(ends).and(estimates).and(set).and(removed),
+            written: runs
+                .and(events)
+                .and(ends)
+                .and(estimates)
+                .and(set)
+                .and(removed)
+                .map(drop),
             guarded,
             committed,
         }
     }
 }
 
-/// Run `st` with `params` when there is something to ask (`any`).
+/// Run `st` with `params` when there is something to ask or write (`any`); its rows, if any.
 async fn query_if(
     db: &Db,
     c: &Conn,
@@ -384,21 +390,6 @@ async fn query_if(
         return Ok(Vec::new());
     }
     c.client.query(st, params).await.map_err(|e| db.error(doing, &e))
-}
-
-/// Run `st` with `params` when there is something to write (`any`).
-async fn execute_if(
-    db: &Db,
-    c: &Conn,
-    st: &Statement,
-    params: &[&(dyn ToSql + Sync)],
-    any: bool,
-    doing: &'static str,
-) -> Result<()> {
-    if any {
-        c.client.execute(st, params).await.map_err(|e| db.error(doing, &e))?;
-    }
-    Ok(())
 }
 
 /// The outcome of a group's round trip: committed only when every write and the guard

@@ -15,6 +15,7 @@
 
 mod checkpoint;
 mod connect;
+mod error;
 mod files;
 mod reader;
 pub mod schema;
@@ -108,7 +109,8 @@ pub fn open_read_only(data_dir: &Path) -> Result<SqliteReader> {
     let version = reader.with_conn(|conn| schema::check(conn, &shown)).map_err(|e| match e {
         // SQLite says only that it cannot write: the reason is that the WAL holds commits that
         // must be recovered into the store's index (the -shm), which takes write access.
-        WorldError::Sqlite { source, .. } if access == Access::ReadOnly && cannot_write(&source) => WorldError::Path {
+        WorldError::Sqlite { source, .. }
+            if access == Access::ReadOnly && source.downcast_ref::<rusqlite::Error>().is_some_and(cannot_write) => WorldError::Path {
             message: format!(
                 "{shown} cannot be read without write access to {}: its WAL holds commits that no process has open, and \
                  reading them takes recovering them, which writes the -shm beside it. Open the world once where it can be \
