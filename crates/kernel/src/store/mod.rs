@@ -310,7 +310,7 @@ pub struct Changes {
 }
 
 /// A fold snapshot as stored: the sequence it was taken at and its text (see
-/// [`crate::materialize::snapshot`]).
+/// [`crate::vocabulary::Materializer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSnapshot {
     pub sequence: u64,
