@@ -88,7 +88,7 @@ impl World {
     /// As [`World::append`], for a caller that waits for this append on its own thread. With
     /// nothing in flight and the writer idle, the append is committed right here when the store
     /// can commit it without waiting for a lock or a disk (at durability `normal`: see
-    /// [`LogWriter::transaction_if_immediate`]), and completed before this returns: the caller would
+    /// [`crate::store::LogWriter::transaction_if_immediate`]), and completed before this returns: the caller would
     /// otherwise spend the same time waiting for the writer's thread, plus two thread hand-offs.
     pub fn append_awaited(&self, ticket: Ticket, req: AppendRequest) -> Result<()> {
         self.append_with(ticket, req, true)

@@ -79,7 +79,7 @@ impl World {
         })
     }
 
-    /// Let go of a lock (see [`Locks::release`]). Also on a closed world: its close let go of its
+    /// Let go of a lock (see [`crate::locks::Locks::release`]). Also on a closed world: its close let go of its
     /// locks, and releasing one again is the no-op a double release is.
     pub fn release_lock(&self, ticket: Ticket, name: String, token: String) -> Result<()> {
         self.ensure_writable("releasing a lock")?;
