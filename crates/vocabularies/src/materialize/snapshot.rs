@@ -5,10 +5,11 @@
 //! ([`little_world_kernel::store::FoldSnapshots`]) under a key naming this build's fold rules
 //! ([`FOLD_VERSION`]) and the prices it was folded with, since a call's cost is fixed when it is
 //! folded. It is a cache: a fold that finds none, or one it cannot use, reads the log from its
-//! start, and gives the same state either way. One is used only when its text matches the digest it carries, the run still
-//! has its sequence, and the run's event there is the one it was taken after (by event id, which
-//! hashes the event's content). A world takes one in the background each time a run reaches a
-//! multiple of [`SNAPSHOT_EVERY`] events, so a fold reads at most about that many events.
+//! start, and gives the same state either way. One is used only when its text matches the digest it
+//! carries, the run still has its sequence, and the run's event there is the one it was taken after
+//! (by event id, which hashes the event's content). A world takes one in the background each time a
+//! run reaches a multiple of [`SNAPSHOT_EVERY`] events, so a fold reads at most about that many
+//! events.
 
 use super::pricing::Pricing;
 use super::{Fold, Session, Step, Usage};
