@@ -81,6 +81,17 @@ describe.each(worldKinds)('inputs on %s', (_name, makeWorld) => {
     expect(done?.pendingCycleRunId).toBeUndefined();
     expect(done?.result).toEqual({ kind: 'done' });
   });
+
+  it("names an append's own fault before its payload's for the event log's types, and a run event's payload first, as a draft's", async () => {
+    const world = makeWorld();
+    const badIndex = [{ index: '', key: 'k', value: 'v' }];
+    const logged = await rejection(appendEvent(world, 'run_o', { type: 'harness.model.responded', payload: {} }));
+    expect(logged.path).toBe('appendIdempotencyKey');
+    const step = await rejection(appendEvent(world, 'run_o', { type: 'StepStarted', payload: {}, index: badIndex }));
+    expect(step.path).toBe('index[0].index');
+    const run = await rejection(appendEvent(world, 'run_o', { type: 'node:started', payload: {}, index: badIndex }));
+    expect(run.path).toMatch(/^payload\./);
+  });
 });
 
 describe('localWorld options', () => {

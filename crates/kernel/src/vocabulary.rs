@@ -90,6 +90,8 @@ pub trait Vocabulary: Send + Sync {
     }
     /// Whether it takes drafts: events given as one object whose `type` field names the type
     /// (`appendRunEvent`, `appendSessionEvent`). The first registered one that does takes them.
+    /// Its types are held to it as drafts are, before an append's own type, index writes and
+    /// key are checked; another vocabulary's types are held to it after those.
     fn takes_drafts(&self) -> bool {
         false
     }

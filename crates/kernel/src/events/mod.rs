@@ -284,8 +284,16 @@ pub fn prepare(mut req: AppendRequest, artifacts: &dyn Artifacts) -> Result<Prep
     if !req.strings.is_empty() {
         put_strings_back(&mut payload, std::mem::take(&mut req.strings)).map_err(for_run)?;
     }
-    let held = hold_to(vocabulary, &mut req, &mut payload).map_err(for_run)?;
-    check_request(&req).map_err(for_run)?;
+    // A draft, and any type of the vocabulary that takes drafts, is held to its vocabulary
+    // before the append's own type, index writes and key are checked; any other type after.
+    let held = if req.draft.is_some() || vocabulary.is_some_and(|v| v.takes_drafts()) {
+        let held = hold_to(vocabulary, &mut req, &mut payload).map_err(for_run)?;
+        check_request(&req).map_err(for_run)?;
+        held
+    } else {
+        check_request(&req).map_err(for_run)?;
+        hold_to(vocabulary, &mut req, &mut payload).map_err(for_run)?
+    };
     // A keyed append's refusal for what its payload holds is kept, not returned (see `refused`).
     // Only the first counts, as when it was returned at once: no check after it runs.
     let refused = match held.refused {
