@@ -73,16 +73,20 @@ pub struct Spillable {
     pub step_path: String,
 }
 
-/// A vocabulary of event types. Only [`Vocabulary::knows`] and [`Vocabulary::check`] are
-/// required; every other rule defaults to having no say.
+/// A vocabulary of event types. Every rule defaults to having no say: a vocabulary that only
+/// screens ids, or only gives statuses, knows no type.
 pub trait Vocabulary: Send + Sync {
     /// Whether `t` is one of its types, on some stream: an append of it is held to
     /// [`Vocabulary::check`] and takes its [`Vocabulary::effects`]. The first registered
     /// vocabulary that knows a type owns it.
-    fn knows(&self, t: &str) -> bool;
+    fn knows(&self, _t: &str) -> bool {
+        false
+    }
     /// Check the fields of an event of type `t` (one it knows) appended to `stream`. Errors name
     /// the fields from [`Vocabulary::root`].
-    fn check(&self, stream: Stream, t: &str, fields: &Map<String, Value>) -> Result<()>;
+    fn check(&self, _stream: Stream, _t: &str, _fields: &Map<String, Value>) -> Result<()> {
+        Ok(())
+    }
     /// Where the paths of its errors start: `payload` for a type appended with its payload,
     /// `event` for one whose checks also serve drafts (an append reports them under `payload`).
     fn root(&self) -> &'static str {
@@ -403,6 +407,13 @@ pub(crate) mod testing {
         }
     }
 
+    /// The count of `run_id`'s rows, each parsed.
+    fn fold_all(reader: &dyn LogReader, run_id: &str) -> Result<u64> {
+        let mut count = 0u64;
+        reader.envelopes(run_id, 0, None, &mut |e| count.push(e))?;
+        Ok(count)
+    }
+
     impl Materializer for Counting {
         fn snapshot_every(&self) -> u64 {
             self.0
@@ -412,8 +423,7 @@ pub(crate) mod testing {
             let Some(store) = reader.fold_snapshots() else {
                 return Ok(());
             };
-            let mut count = 0u64;
-            reader.envelopes(run_id, 0, None, &mut |e| count.push(e))?;
+            let count = fold_all(reader, run_id)?;
             let snapshot = StoredSnapshot {
                 sequence: count,
                 state: count.snapshot_text(),
@@ -426,8 +436,7 @@ pub(crate) mod testing {
         }
 
         fn state(&self, reader: &dyn LogReader, run_id: &str) -> Result<String> {
-            let mut count = 0u64;
-            reader.envelopes(run_id, 0, None, &mut |e| count.push(e))?;
+            let count = fold_all(reader, run_id)?;
             Ok(format!("{{\"events\":{count}}}"))
         }
 
@@ -437,8 +446,7 @@ pub(crate) mod testing {
 
         /// The status is the catalog's; reading the stream tells a damaged one.
         fn summary(&self, reader: &dyn LogReader, stream_id: &str) -> Result<(Value, Value)> {
-            let mut count = 0u64;
-            reader.envelopes(stream_id, 0, None, &mut |e| count.push(e))?;
+            fold_all(reader, stream_id)?;
             Ok((Value::Null, Value::Null))
         }
     }

@@ -3,23 +3,15 @@
 //! the runs catalog takes a run's status from them.
 
 use little_world_kernel::catalog::StatusChange;
-use little_world_kernel::error::Result;
-use little_world_kernel::vocabulary::{Stream, Vocabulary};
+use little_world_kernel::vocabulary::Vocabulary;
 use serde_json::{Map, Value};
 
 /// The Workflow SDK's run statuses, as the runs catalog asks them.
 pub struct SdkRuns;
 
+/// It knows no type, so holds no append to rules of its own: the SDK's World has checked the
+/// event.
 impl Vocabulary for SdkRuns {
-    /// It holds no append to rules of its own: the SDK's World has checked the event.
-    fn knows(&self, _t: &str) -> bool {
-        false
-    }
-
-    fn check(&self, _stream: Stream, _t: &str, _fields: &Map<String, Value>) -> Result<()> {
-        Ok(())
-    }
-
     fn status_change(&self, _stream_id: &str, t: &str, _payload: &Map<String, Value>) -> Option<StatusChange> {
         let status = match t {
             "workflow.run_created" => "pending",

@@ -262,19 +262,6 @@ fn is_bearer_token(t: &[u8]) -> bool {
 pub struct CredentialScreen;
 
 impl little_world_kernel::vocabulary::Vocabulary for CredentialScreen {
-    fn knows(&self, _t: &str) -> bool {
-        false
-    }
-
-    fn check(
-        &self,
-        _stream: little_world_kernel::vocabulary::Stream,
-        _t: &str,
-        _fields: &Map<String, Value>,
-    ) -> Result<()> {
-        Ok(())
-    }
-
     fn screen(&self, text: &str, field: &str) -> Result<()> {
         screen_str(text, field)
     }

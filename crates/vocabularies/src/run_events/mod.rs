@@ -283,11 +283,11 @@ impl little_world_kernel::vocabulary::Vocabulary for RunEvents {
     /// later append to a run that reads as running.
     fn stored_effects(&self, stream_id: &str, t: &str, fields: &Map<String, Value>) -> Effects {
         let stream = stored::stream_of(stream_id);
-        let valid = matches!(parse_stored(stream, t, fields), Ok(Some(())));
-        Effects {
-            terminal: terminal(stream, t, fields).filter(|_| valid),
-            ..self.effects(stream, t, fields)
+        let mut effects = self.effects(stream, t, fields);
+        if !matches!(parse_stored(stream, t, fields), Ok(Some(()))) {
+            effects.terminal = None;
         }
+        effects
     }
 
     fn status_change(&self, stream_id: &str, t: &str, _payload: &Map<String, Value>) -> Option<StatusChange> {
